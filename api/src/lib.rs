@@ -1,0 +1,47 @@
+//! Tideway's resource model: the Kubernetes-style documents users submit and the federation
+//! stores in its Raft log.
+//!
+//! Everything that crosses a process boundary (REST, agent protocol, Raft log, CLI files) is
+//! one of these types, so they live in one small crate that the server, the agent, the CLI and
+//! the tests all share. Decoding ([`decode`]) and validation ([`validation`]) are kept apart:
+//! decoding stops at the first structural problem, validation reports every semantic problem
+//! at once, and both name the offending field with the same camelCase JSON path.
+
+pub mod client;
+pub mod cluster;
+pub mod decode;
+pub mod http;
+pub mod list;
+pub mod member_cluster;
+pub mod meta;
+pub mod policy;
+pub mod priority_class;
+pub mod problem;
+pub mod queue;
+pub mod quota_schedule;
+pub mod validation;
+pub mod workload;
+
+pub use decode::{
+    AnyResource, DecodeError, Format, decode_any, decode_json, decode_resource, decode_yaml,
+    peek_type_meta,
+};
+pub use member_cluster::{
+    MemberCluster, MemberClusterSpec, MemberClusterStatus, MemberPhase, Pool, PoolKind,
+};
+pub use meta::{API_VERSION, MetaError, ObjectMeta, Resource, TypeMeta, new_uid, validate_name};
+pub use policy::{Policy, PolicySpec, PolicyStatus, SchedulerSettings};
+pub use priority_class::{
+    Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
+};
+pub use problem::Problem;
+pub use queue::{FlavorQuota, PreemptionScope, Queue, QueuePreemption, QueueSpec, QueueStatus};
+pub use quota_schedule::{
+    DayOfWeek, QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus, QuotaTarget,
+    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, Transition, WindowQuota,
+};
+pub use validation::{FieldError, Validate, ValidationErrors};
+pub use workload::{
+    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
+    Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+};

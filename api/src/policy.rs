@@ -1,0 +1,317 @@
+//! `Policy`: everything that decides scheduling, bundled and versioned as one document.
+//!
+//! Queues, quota schedules, priority classes and scheduler settings change together far more
+//! often than alone, and a decision must be explainable by "policy version N". One bundle
+//! makes apply, diff, dry-run and rollback whole-policy operations: never half-applied.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{API_VERSION, ObjectMeta, Resource, impl_resource};
+use crate::priority_class::PriorityClass;
+use crate::queue::Queue;
+use crate::quota_schedule::{QuotaSchedule, QuotaTarget};
+use crate::validation::{CheckAt, Checker, at, impl_validate};
+use crate::workload::DEFAULT_PRIORITY_CLASS;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Policy {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: PolicySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PolicyStatus>,
+}
+
+impl_resource!(Policy => "Policy");
+
+impl Policy {
+    pub fn new(name: impl Into<String>, spec: PolicySpec) -> Self {
+        Self {
+            api_version: API_VERSION.to_owned(),
+            kind: <Self as Resource>::KIND.to_owned(),
+            metadata: ObjectMeta::named(name),
+            spec,
+            status: None,
+        }
+    }
+
+    /// The version the server assigned when this bundle was applied.
+    pub fn version(&self) -> Option<u64> {
+        self.status.as_ref().map(|s| s.version)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicySpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<Queue>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota_schedules: Vec<QuotaSchedule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priority_classes: Vec<PriorityClass>,
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
+}
+
+impl PolicySpec {
+    pub fn queue(&self, name: &str) -> Option<&Queue> {
+        self.queues.iter().find(|q| q.name() == name)
+    }
+
+    pub fn priority_class(&self, name: &str) -> Option<&PriorityClass> {
+        self.priority_classes.iter().find(|p| p.name() == name)
+    }
+
+    pub fn quota_schedule(&self, name: &str) -> Option<&QuotaSchedule> {
+        self.quota_schedules.iter().find(|s| s.name() == name)
+    }
+}
+
+/// Knobs of the scheduler core; every one is part of the policy version so a replay
+/// reproduces decisions exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SchedulerSettings {
+    /// Weighted dominant-resource fairness across queues of a cohort.
+    pub fair_sharing: bool,
+    pub preemption: bool,
+    /// Bounds disruption: a burst of high-priority work cannot evict the whole fleet at once.
+    pub max_preemptions_per_minute: u32,
+    /// Bounds re-dispatch after member loss so a lost cluster cannot cause a storm.
+    pub max_redispatches_per_minute: u32,
+    /// Missing heartbeats for this long marks a member NotReady.
+    pub member_heartbeat_timeout_seconds: u64,
+    /// How long work on a NotReady member is left alone before it is rescheduled elsewhere.
+    pub member_loss_grace_seconds: u64,
+    pub max_reschedule_attempts: u32,
+    /// Seeds tie-breaks so equal candidates are ordered the same way on every replay.
+    pub tie_break_seed: u64,
+    /// Applied to workloads that name no priority class.
+    pub default_priority_class: String,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            fair_sharing: true,
+            preemption: true,
+            max_preemptions_per_minute: 10,
+            max_redispatches_per_minute: 30,
+            member_heartbeat_timeout_seconds: 30,
+            member_loss_grace_seconds: 120,
+            max_reschedule_attempts: 3,
+            tie_break_seed: 0,
+            default_priority_class: DEFAULT_PRIORITY_CLASS.to_owned(),
+        }
+    }
+}
+
+/// Written by the server on apply or rollback.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// Monotonic; decisions and audit records cite it.
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_by: Option<String>,
+    /// Set when this version was created by rolling back to an earlier one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CheckAt for Policy {
+    fn check_at(&self, prefix: &str, c: &mut Checker) {
+        c.header(
+            prefix,
+            &self.api_version,
+            &self.kind,
+            <Self as Resource>::KIND,
+            &self.metadata,
+        );
+        let p = at(prefix, "spec");
+        let s = &self.spec;
+
+        for (i, q) in s.queues.iter().enumerate() {
+            q.check_at(&format!("{}[{i}]", at(&p, "queues")), c);
+        }
+        for (i, qs) in s.quota_schedules.iter().enumerate() {
+            qs.check_at(&format!("{}[{i}]", at(&p, "quotaSchedules")), c);
+        }
+        for (i, pc) in s.priority_classes.iter().enumerate() {
+            pc.check_at(&format!("{}[{i}]", at(&p, "priorityClasses")), c);
+        }
+        c.unique(
+            &p,
+            "queues",
+            "metadata.name",
+            s.queues.iter().map(Resource::name),
+        );
+        c.unique(
+            &p,
+            "quotaSchedules",
+            "metadata.name",
+            s.quota_schedules.iter().map(Resource::name),
+        );
+        c.unique(
+            &p,
+            "priorityClasses",
+            "metadata.name",
+            s.priority_classes.iter().map(Resource::name),
+        );
+
+        // References inside the bundle must resolve, or the policy would be applied with
+        // dangling names that silently match nothing.
+        let queues: BTreeSet<&str> = s.queues.iter().map(Resource::name).collect();
+        for (i, qs) in s.quota_schedules.iter().enumerate() {
+            for (j, w) in qs.spec.windows.iter().enumerate() {
+                for (k, quota) in w.quotas.iter().enumerate() {
+                    if let QuotaTarget::Queue(name) = &quota.target
+                        && !queues.contains(name.as_str())
+                    {
+                        c.push(
+                            format!(
+                                "{}[{i}].spec.windows[{j}].quotas[{k}].queue",
+                                at(&p, "quotaSchedules")
+                            ),
+                            format!("queue {name:?} is not defined in this policy"),
+                        );
+                    }
+                }
+            }
+        }
+        for (i, pc) in s.priority_classes.iter().enumerate() {
+            for (j, name) in pc.spec.allowed_queues.iter().enumerate() {
+                if !queues.contains(name.as_str()) {
+                    c.push(
+                        format!("{}[{i}].spec.allowedQueues[{j}]", at(&p, "priorityClasses")),
+                        format!("queue {name:?} is not defined in this policy"),
+                    );
+                }
+            }
+        }
+
+        let sp = at(&p, "scheduler");
+        let st = &s.scheduler;
+        c.range(
+            at(&sp, "maxPreemptionsPerMinute"),
+            st.max_preemptions_per_minute,
+            1,
+            10_000,
+        );
+        c.range(
+            at(&sp, "maxRedispatchesPerMinute"),
+            st.max_redispatches_per_minute,
+            1,
+            100_000,
+        );
+        c.range(
+            at(&sp, "memberHeartbeatTimeoutSeconds"),
+            st.member_heartbeat_timeout_seconds,
+            1,
+            3600,
+        );
+        c.range(
+            at(&sp, "memberLossGraceSeconds"),
+            st.member_loss_grace_seconds,
+            0,
+            7 * 24 * 3600,
+        );
+        c.range(
+            at(&sp, "maxRescheduleAttempts"),
+            st.max_reschedule_attempts,
+            0,
+            100,
+        );
+        let default_pc = at(&sp, "defaultPriorityClass");
+        c.name(default_pc.clone(), &st.default_priority_class);
+        if !s.priority_classes.is_empty() && s.priority_class(&st.default_priority_class).is_none()
+        {
+            c.push(
+                default_pc,
+                format!(
+                    "priority class {:?} is not defined in this policy",
+                    st.default_priority_class
+                ),
+            );
+        }
+    }
+}
+
+impl_validate!(Policy);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{decode_json, decode_yaml};
+    use crate::validation::Validate;
+
+    const SAMPLE: &str = include_str!("../testdata/policy.yaml");
+
+    #[test]
+    fn sample_decodes_validates_and_round_trips() {
+        let mut p: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        p.validate().unwrap();
+        assert_eq!(p.spec.queues.len(), 2);
+        assert!(p.spec.queue("research").is_some());
+        assert_eq!(p.spec.priority_class("normal").unwrap().spec.value, 100);
+        assert!(p.spec.quota_schedule("day-night").is_some());
+        assert_eq!(p.spec.scheduler.max_preemptions_per_minute, 20);
+        assert_eq!(p.spec.scheduler.max_reschedule_attempts, 3, "defaulted");
+        p.status = Some(PolicyStatus {
+            version: 7,
+            applied_at: Some("2025-03-01T12:00:00Z".parse().unwrap()),
+            applied_by: Some("ops".into()),
+            rolled_back_to: None,
+            message: None,
+        });
+        assert_eq!(p.version(), Some(7));
+        let json = serde_json::to_vec(&p).unwrap();
+        assert_eq!(decode_json::<Policy>(&json).unwrap(), p);
+        let yaml = serde_saphyr::to_string(&p).unwrap();
+        assert_eq!(decode_yaml::<Policy>(yaml.as_bytes()).unwrap(), p);
+        let mp = rmp_serde::to_vec_named(&p).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Policy>(&mp).unwrap(), p);
+    }
+
+    #[test]
+    fn embedded_problems_carry_their_full_path() {
+        let mut p: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        p.spec.queues[1].spec.quotas[0].max = Some(0);
+        p.spec.queues[1].metadata.name = "research".into();
+        p.spec.quota_schedules[0].spec.time_zone = "Nowhere".into();
+        p.spec.priority_classes[0].spec.allowed_queues = vec!["ghost".into()];
+        p.spec.scheduler.default_priority_class = "urgent".into();
+        p.spec.scheduler.max_preemptions_per_minute = 0;
+        let errs = p.validate().unwrap_err();
+        for field in [
+            "spec.queues[1].spec.quotas[0].max",
+            "spec.queues[1].metadata.name",
+            "spec.quotaSchedules[0].spec.timeZone",
+            // "serving" no longer exists once queue 1 was renamed.
+            "spec.quotaSchedules[0].spec.windows[0].quotas[0].queue",
+            "spec.priorityClasses[0].spec.allowedQueues[0]",
+            "spec.scheduler.defaultPriorityClass",
+            "spec.scheduler.maxPreemptionsPerMinute",
+        ] {
+            assert!(errs.has_field(field), "missing {field} in {errs}");
+        }
+    }
+
+    #[test]
+    fn empty_policy_is_valid() {
+        let p = Policy::new("empty", PolicySpec::default());
+        p.validate().unwrap();
+        let mp = rmp_serde::to_vec_named(&p).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Policy>(&mp).unwrap(), p);
+    }
+}

@@ -1,0 +1,405 @@
+//! `Queue`: a tenant's share of the fleet, per GPU flavor, and how it competes for more.
+//!
+//! The quota model is Kueue's (guaranteed, borrowing and lending limits within a cohort)
+//! because that is what platform teams already reason in; fair share across a cohort is
+//! weighted dominant-resource fairness.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{API_VERSION, ObjectMeta, impl_resource};
+use crate::validation::{CheckAt, Checker, at, impl_validate};
+use crate::workload::WorkloadClass;
+
+/// Larger than any fleet; only guards arithmetic against absurd input.
+pub const MAX_QUOTA_GPUS: u32 = 1_000_000;
+pub const MAX_FAIR_SHARE_WEIGHT: f64 = 1_000_000.0;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Queue {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: QueueSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<QueueStatus>,
+}
+
+impl_resource!(Queue => "Queue");
+
+impl Queue {
+    pub fn new(name: impl Into<String>, spec: QueueSpec) -> Self {
+        Self {
+            api_version: API_VERSION.to_owned(),
+            kind: <Self as crate::meta::Resource>::KIND.to_owned(),
+            metadata: ObjectMeta::named(name),
+            spec,
+            status: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// The team that owns the queue; audit records and dashboards group by it.
+    pub tenant: String,
+    /// Queues in one cohort lend unused guaranteed quota to each other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Workload classes accepted; empty accepts every class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<WorkloadClass>,
+    /// One entry per flavor; a flavor without an entry has no quota in this queue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<FlavorQuota>,
+    #[serde(default = "default_weight")]
+    pub fair_share_weight: f64,
+    #[serde(default)]
+    pub preemption: QueuePreemption,
+    /// Caps admitted-or-running workloads per user so one person cannot drain the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_user_active_limit: Option<u32>,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+impl QueueSpec {
+    pub fn new(tenant: impl Into<String>) -> Self {
+        Self {
+            tenant: tenant.into(),
+            cohort: None,
+            classes: Vec::new(),
+            quotas: Vec::new(),
+            fair_share_weight: default_weight(),
+            preemption: QueuePreemption::default(),
+            per_user_active_limit: None,
+        }
+    }
+
+    pub fn serves(&self, class: WorkloadClass) -> bool {
+        self.classes.is_empty() || self.classes.contains(&class)
+    }
+
+    pub fn quota_for(&self, flavor: &str) -> Option<&FlavorQuota> {
+        self.quotas.iter().find(|q| q.flavor == flavor)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FlavorQuota {
+    pub flavor: String,
+    /// Always available to this queue; reclaimed from borrowers when needed.
+    pub guaranteed: u32,
+    /// How far above `guaranteed` the queue may borrow from its cohort; unset is unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<u32>,
+    /// How much of `guaranteed` the cohort may borrow while idle; unset lends all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<u32>,
+    /// Hard cap on usage regardless of borrowing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+}
+
+impl FlavorQuota {
+    pub fn guaranteed(flavor: impl Into<String>, gpus: u32) -> Self {
+        Self {
+            flavor: flavor.into(),
+            guaranteed: gpus,
+            borrowing_limit: None,
+            lending_limit: None,
+            max: None,
+        }
+    }
+
+    /// The most this queue may ever use of the flavor; `None` when only the cohort's capacity
+    /// limits it.
+    pub fn ceiling(&self) -> Option<u64> {
+        let by_borrowing = self
+            .borrowing_limit
+            .map(|b| u64::from(self.guaranteed) + u64::from(b));
+        match (by_borrowing, self.max.map(u64::from)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What the cohort may borrow from this queue while it is idle.
+    pub fn lendable(&self) -> u32 {
+        self.lending_limit
+            .map_or(self.guaranteed, |l| l.min(self.guaranteed))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PreemptionScope {
+    Never,
+    LowerPriority,
+    Any,
+}
+
+/// Defaults honour the quota promise: a queue may evict lower-priority work of its own, and
+/// may take back its guaranteed quota from any borrower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct QueuePreemption {
+    pub within_queue: PreemptionScope,
+    pub reclaim_within_cohort: PreemptionScope,
+}
+
+impl Default for QueuePreemption {
+    fn default() -> Self {
+        Self {
+            within_queue: PreemptionScope::LowerPriority,
+            reclaim_within_cohort: PreemptionScope::Any,
+        }
+    }
+}
+
+/// Computed by the federation; never submitted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct QueueStatus {
+    pub pending_workloads: u32,
+    pub active_workloads: u32,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub used_gpus: BTreeMap<String, u64>,
+    /// Part of `usedGpus` above the guarantee, i.e. borrowed from the cohort.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub borrowed_gpus: BTreeMap<String, u64>,
+}
+
+impl CheckAt for Queue {
+    fn check_at(&self, prefix: &str, c: &mut Checker) {
+        c.header(
+            prefix,
+            &self.api_version,
+            &self.kind,
+            <Self as crate::meta::Resource>::KIND,
+            &self.metadata,
+        );
+        self.spec.check_at(&at(prefix, "spec"), c);
+    }
+}
+
+impl CheckAt for QueueSpec {
+    fn check_at(&self, p: &str, c: &mut Checker) {
+        c.name(at(p, "tenant"), &self.tenant);
+        if let Some(cohort) = &self.cohort {
+            c.name(at(p, "cohort"), cohort);
+        }
+        c.unique(
+            p,
+            "classes",
+            "",
+            self.classes.iter().map(|class| class.as_str()),
+        );
+        for (i, q) in self.quotas.iter().enumerate() {
+            let qp = format!("{}[{i}]", at(p, "quotas"));
+            c.identifier(at(&qp, "flavor"), &q.flavor);
+            c.range(at(&qp, "guaranteed"), q.guaranteed, 0, MAX_QUOTA_GPUS);
+            if let Some(b) = q.borrowing_limit {
+                c.range(at(&qp, "borrowingLimit"), b, 0, MAX_QUOTA_GPUS);
+            }
+            if let Some(l) = q.lending_limit
+                && l > q.guaranteed
+            {
+                c.push(
+                    at(&qp, "lendingLimit"),
+                    format!("must not exceed guaranteed ({}) (got {l})", q.guaranteed),
+                );
+            }
+            if let Some(m) = q.max {
+                if m < q.guaranteed {
+                    c.push(
+                        at(&qp, "max"),
+                        format!("must be at least guaranteed ({}) (got {m})", q.guaranteed),
+                    );
+                } else {
+                    c.range(at(&qp, "max"), m, 0, MAX_QUOTA_GPUS);
+                }
+            }
+        }
+        c.unique(
+            p,
+            "quotas",
+            "flavor",
+            self.quotas.iter().map(|q| q.flavor.as_str()),
+        );
+        let w = self.fair_share_weight;
+        if !(w.is_finite() && w > 0.0 && w <= MAX_FAIR_SHARE_WEIGHT) {
+            c.push(
+                at(p, "fairShareWeight"),
+                format!("must be greater than 0 and at most {MAX_FAIR_SHARE_WEIGHT} (got {w})"),
+            );
+        }
+        if let Some(limit) = self.per_user_active_limit {
+            c.range(at(p, "perUserActiveLimit"), limit, 1, 1_000_000);
+        }
+    }
+}
+
+impl_validate!(Queue);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{decode_json, decode_yaml};
+    use crate::validation::Validate;
+
+    const QUEUE_YAML: &str = include_str!("../testdata/queue.yaml");
+
+    #[test]
+    fn sample_decodes_validates_and_round_trips() {
+        let q: Queue = decode_yaml(QUEUE_YAML.as_bytes()).unwrap();
+        q.validate().unwrap();
+        assert_eq!(q.metadata.name, "research");
+        assert!(q.spec.serves(WorkloadClass::Training));
+        assert!(!q.spec.serves(WorkloadClass::Inference));
+        let h100 = q.spec.quota_for("H100").unwrap();
+        assert_eq!(h100.ceiling(), Some(96));
+        assert_eq!(h100.lendable(), 16);
+
+        let json = serde_json::to_vec(&q).unwrap();
+        assert_eq!(decode_json::<Queue>(&json).unwrap(), q);
+        let yaml = serde_saphyr::to_string(&q).unwrap();
+        assert_eq!(decode_yaml::<Queue>(yaml.as_bytes()).unwrap(), q);
+        let mp = rmp_serde::to_vec_named(&q).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Queue>(&mp).unwrap(), q);
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let mut q = Queue::new("q", QueueSpec::new("team"));
+        q.status = Some(QueueStatus {
+            pending_workloads: 3,
+            active_workloads: 1,
+            used_gpus: [("H100".to_owned(), 8)].into(),
+            borrowed_gpus: BTreeMap::new(),
+        });
+        let json = serde_json::to_vec(&q).unwrap();
+        assert_eq!(decode_json::<Queue>(&json).unwrap(), q);
+        let mp = rmp_serde::to_vec_named(&q).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Queue>(&mp).unwrap(), q);
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let q: Queue = decode_json(
+            br#"{"apiVersion":"tideway.dev/v1alpha1","kind":"Queue","metadata":{"name":"q"},"spec":{"tenant":"t"}}"#,
+        )
+        .unwrap();
+        q.validate().unwrap();
+        assert_eq!(q.spec.fair_share_weight, 1.0);
+        assert_eq!(q.spec.preemption, QueuePreemption::default());
+        assert!(q.spec.serves(WorkloadClass::Inference));
+    }
+
+    #[test]
+    fn bad_quotas_are_all_reported() {
+        let mut spec = QueueSpec::new("Team");
+        spec.cohort = Some("".into());
+        spec.classes = vec![WorkloadClass::Eval, WorkloadClass::Eval];
+        spec.quotas = vec![
+            FlavorQuota {
+                flavor: "H100".into(),
+                guaranteed: 8,
+                borrowing_limit: Some(MAX_QUOTA_GPUS + 1),
+                lending_limit: Some(9),
+                max: Some(4),
+            },
+            FlavorQuota::guaranteed("H100", 1),
+        ];
+        spec.fair_share_weight = 0.0;
+        spec.per_user_active_limit = Some(0);
+        let errs = Queue::new("q", spec).validate().unwrap_err();
+        for field in [
+            "spec.tenant",
+            "spec.cohort",
+            "spec.classes[1]",
+            "spec.quotas[0].borrowingLimit",
+            "spec.quotas[0].lendingLimit",
+            "spec.quotas[0].max",
+            "spec.quotas[1].flavor",
+            "spec.fairShareWeight",
+            "spec.perUserActiveLimit",
+        ] {
+            assert!(errs.has_field(field), "missing {field} in {errs}");
+        }
+        assert_eq!(errs.len(), 9, "{errs}");
+    }
+
+    #[test]
+    fn ceiling_combines_borrowing_and_max() {
+        let mut q = FlavorQuota::guaranteed("A100", 10);
+        assert_eq!(q.ceiling(), None);
+        q.max = Some(30);
+        assert_eq!(q.ceiling(), Some(30));
+        q.borrowing_limit = Some(5);
+        assert_eq!(q.ceiling(), Some(15));
+        q.max = None;
+        assert_eq!(q.ceiling(), Some(15));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::validation::Validate;
+
+    prop_compose! {
+        fn flavor_quota()(
+            flavor in "[A-Z][A-Z0-9]{1,5}",
+            guaranteed in 0u32..10_000,
+            borrowing in proptest::option::of(0u32..10_000),
+            lend_frac in proptest::option::of(0.0f64..=1.0),
+            extra in proptest::option::of(0u32..10_000),
+        ) -> FlavorQuota {
+            FlavorQuota {
+                flavor,
+                guaranteed,
+                borrowing_limit: borrowing,
+                lending_limit: lend_frac.map(|f| (f64::from(guaranteed) * f) as u32),
+                max: extra.map(|e| guaranteed + e),
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn valid_queues_round_trip_and_respect_their_guarantee(
+            quotas in prop::collection::btree_map("[A-Z][0-9]{2}", flavor_quota(), 0..4),
+            weight in 1u32..1000,
+            cohort in proptest::option::of("[a-z]{1,8}"),
+        ) {
+            let mut spec = QueueSpec::new("team");
+            spec.cohort = cohort;
+            spec.fair_share_weight = f64::from(weight) / 10.0;
+            spec.quotas = quotas
+                .into_iter()
+                .map(|(flavor, q)| FlavorQuota { flavor, ..q })
+                .collect();
+            let q = Queue::new("q", spec);
+            prop_assert!(q.validate().is_ok(), "{:?}", q.validate());
+            for fq in &q.spec.quotas {
+                prop_assert!(fq.ceiling().is_none_or(|c| c >= u64::from(fq.guaranteed)));
+                prop_assert!(fq.lendable() <= fq.guaranteed);
+            }
+            let mp = rmp_serde::to_vec_named(&q).unwrap();
+            prop_assert_eq!(&rmp_serde::from_slice::<Queue>(&mp).unwrap(), &q);
+            let json = serde_json::to_vec(&q).unwrap();
+            prop_assert_eq!(&crate::decode::decode_json::<Queue>(&json).unwrap(), &q);
+        }
+    }
+}

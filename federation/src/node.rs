@@ -1,0 +1,218 @@
+//! A federation node's life: open the stores, start Raft, serve HTTP, bootstrap or join.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use tokio::net::TcpListener;
+
+use crate::forward::Forwarder;
+use crate::proposer::Proposer;
+use crate::raft::log_store::RedbLogStore;
+use crate::raft::network::{NetworkFactory, PeerFilter};
+use crate::raft::state_machine::StateMachineStore;
+use crate::raft::types::{NodeId, Raft, TypeConfig};
+use crate::server::metrics::Metrics;
+use crate::server::{self, AppState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("opening the data directory {path}: {source}")]
+    Storage {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("raft configuration: {0}")]
+    Config(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("joining through {via}: {reason}")]
+    Join { via: String, reason: String },
+}
+
+/// Settings of one federation node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// Address to bind.
+    pub listen: String,
+    /// Address other nodes and agents use to reach this one; defaults to `listen`.
+    pub advertise: Option<String>,
+    pub data_dir: PathBuf,
+    /// Any member of an existing cluster, to join through. None bootstraps a new cluster.
+    pub join: Option<String>,
+    pub fault_injection: bool,
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: (u64, u64),
+    pub snapshot_every: u64,
+}
+
+impl NodeConfig {
+    pub fn new(id: NodeId, listen: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            id,
+            listen: listen.into(),
+            advertise: None,
+            data_dir: data_dir.into(),
+            join: None,
+            fault_injection: false,
+            heartbeat_ms: 100,
+            election_timeout_ms: (600, 1200),
+            snapshot_every: 20_000,
+        }
+    }
+
+    pub fn advertise_addr(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| self.listen.clone())
+    }
+}
+
+/// A running federation node.
+pub struct Node {
+    pub raft: Raft,
+    pub state: AppState,
+    pub addr: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    pub async fn start(cfg: NodeConfig) -> Result<Node, NodeError> {
+        let storage = |source| NodeError::Storage {
+            path: cfg.data_dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&cfg.data_dir).map_err(storage)?;
+        let log = RedbLogStore::<TypeConfig>::open(&cfg.data_dir.join("raft-log.redb"))
+            .map_err(storage)?;
+        let sm = StateMachineStore::open(&cfg.data_dir.join("snapshots")).map_err(storage)?;
+        let raft_config = Config {
+            cluster_name: "tideway".into(),
+            heartbeat_interval: cfg.heartbeat_ms,
+            election_timeout_min: cfg.election_timeout_ms.0,
+            election_timeout_max: cfg.election_timeout_ms.1,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            max_payload_entries: 64,
+            enable_pre_vote: Some(true),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| NodeError::Config(e.to_string()))?;
+        let http = tideway_api::http::client_builder()
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let filter = PeerFilter::default();
+        let network = NetworkFactory::new(http.clone(), filter.clone());
+        let log_stats = log.stats();
+        let data = sm.data();
+        let raft = Raft::new(cfg.id, Arc::new(raft_config), network, log, sm)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let forwarder = Forwarder::new(raft.clone(), http.clone(), filter.clone());
+        let proposer = Proposer::start(raft.clone(), forwarder.clone());
+        let state = AppState {
+            raft: raft.clone(),
+            data,
+            proposer,
+            forwarder,
+            filter,
+            log_stats,
+            metrics: Arc::new(Metrics::default()),
+            fault_injection: cfg.fault_injection,
+        };
+        let listener = TcpListener::bind(&cfg.listen)
+            .await
+            .map_err(|source| NodeError::Listen {
+                addr: cfg.listen.clone(),
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| cfg.listen.clone());
+        let app = server::router(state.clone());
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "http server stopped");
+            }
+        });
+        let node = Node {
+            raft,
+            state,
+            addr,
+            server,
+        };
+        node.bootstrap_or_join(&cfg).await?;
+        Ok(node)
+    }
+
+    async fn bootstrap_or_join(&self, cfg: &NodeConfig) -> Result<(), NodeError> {
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if initialized {
+            tracing::info!(id = cfg.id, "restarting with existing state");
+            return Ok(());
+        }
+        let me = BasicNode {
+            addr: cfg.advertise_addr(),
+        };
+        match &cfg.join {
+            None => {
+                tracing::info!(id = cfg.id, "bootstrapping a new one-node cluster");
+                self.raft
+                    .initialize(BTreeMap::from([(cfg.id, me)]))
+                    .await
+                    .map_err(|e| NodeError::Raft(e.to_string()))?;
+                Ok(())
+            }
+            Some(via) => join_through(via, cfg.id, &me.addr).await,
+        }
+    }
+
+    /// Stops serving and shuts Raft down cleanly.
+    pub async fn shutdown(self) {
+        self.server.abort();
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Asks a member to add this node, retrying while the cluster elects or is busy.
+async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError> {
+    let http = tideway_api::http::client_builder()
+        .build()
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+    let mut last = String::new();
+    for _ in 0..60 {
+        let res = http
+            .post(format!("http://{via}/v1/cluster/join"))
+            .json(&serde_json::json!({"id": id, "addr": addr}))
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await;
+        match res {
+            Ok(r) if r.status().is_success() => {
+                tracing::info!(id, via, "joined the cluster");
+                return Ok(());
+            }
+            Ok(r) => last = format!("HTTP {}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(NodeError::Join {
+        via: via.to_string(),
+        reason: last,
+    })
+}

@@ -1,0 +1,159 @@
+//! Batches concurrent proposals into one Raft entry.
+//!
+//! Every node runs a proposer. Callers hand it one command and wait; it drains whatever else
+//! is queued, and proposes the lot as one entry on the leader (or forwards the lot to the
+//! leader in one request). Many submissions then share one log entry, one replication round and
+//! one fsync per node, which is what makes acknowledged-after-commit submissions cheap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::errors::{ClientWriteError, RaftError};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::forward::Forwarder;
+use crate::raft::types::Raft;
+use crate::state::command::{Command, CommandResult, Request};
+
+/// The most commands in one entry; bounds entry size (a workload is about 1 KB encoded).
+pub const MAX_BATCH: usize = 512;
+/// Entries in flight at once, so batching never serializes the pipeline.
+const MAX_IN_FLIGHT: usize = 8;
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum ProposeError {
+    #[error("no leader is known; the cluster may be electing one")]
+    NoLeader,
+    #[error("the leader did not commit in time: {0}")]
+    Unavailable(String),
+    #[error("this node is shutting down")]
+    ShuttingDown,
+}
+
+type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
+
+#[derive(Clone)]
+pub struct Proposer {
+    tx: mpsc::Sender<(Command, Reply)>,
+}
+
+impl Proposer {
+    pub fn start(raft: Raft, forwarder: Forwarder) -> Self {
+        let (tx, rx) = mpsc::channel(MAX_BATCH * 16);
+        tokio::spawn(run(raft, forwarder, rx));
+        Self { tx }
+    }
+
+    /// Proposes one command and waits until it is committed and applied (or refused).
+    pub async fn propose(&self, cmd: Command) -> Result<CommandResult, ProposeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((cmd, tx))
+            .await
+            .map_err(|_| ProposeError::ShuttingDown)?;
+        rx.await.map_err(|_| ProposeError::ShuttingDown)?
+    }
+}
+
+async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, Reply)>) {
+    let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        // Drain after the permit: while all slots are busy, the queue grows into a bigger batch.
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        let forwarder = forwarder.clone();
+        tokio::spawn(async move {
+            let (cmds, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let outcome = commit(&raft, &forwarder, cmds).await;
+            match outcome {
+                Ok(results) => {
+                    for (reply, res) in replies.into_iter().zip(results) {
+                        let _ = reply.send(Ok(res));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// How long a batch keeps trying to reach a leader, across elections.
+const COMMIT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Commits a batch locally when this node leads, or forwards it to the leader. Retrying is safe:
+/// every submission carries an idempotency key, so a batch applied twice answers twice alike.
+async fn commit(
+    raft: &Raft,
+    forwarder: &Forwarder,
+    cmds: Vec<Command>,
+) -> Result<Vec<CommandResult>, ProposeError> {
+    let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
+    let mut last_err = ProposeError::NoLeader;
+    loop {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(last_err);
+        }
+        let leader = raft.current_leader().await;
+        let remaining = deadline - tokio::time::Instant::now();
+        let attempt = match leader {
+            // A leader cut off from its quorum never commits: bound each attempt.
+            Some(l) if l == *raft.node_id() => {
+                tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ProposeError::Unavailable(
+                            "not committed in time: is a quorum reachable?".into(),
+                        ))
+                    })
+            }
+            Some(l) => forwarder.propose(l, &cmds).await,
+            None => Err(ProposeError::NoLeader),
+        };
+        match attempt {
+            Ok(results) => return Ok(results),
+            Err(ProposeError::ShuttingDown) => return Err(ProposeError::ShuttingDown),
+            Err(e) => {
+                last_err = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+pub async fn commit_local(raft: &Raft, cmds: Vec<Command>) -> Result<Vec<CommandResult>, ProposeError> {
+    let n = cmds.len();
+    match raft.client_write(Request { commands: cmds }).await {
+        Ok(resp) => {
+            let results = resp.data.results;
+            if results.len() != n {
+                return Err(ProposeError::Unavailable(format!(
+                    "state machine answered {} results for {n} commands",
+                    results.len()
+                )));
+            }
+            Ok(results)
+        }
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+            Err(ProposeError::NoLeader)
+        }
+        Err(RaftError::Fatal(f)) => {
+            tracing::error!(error = %f, "raft is down");
+            Err(ProposeError::ShuttingDown)
+        }
+        Err(e) => Err(ProposeError::Unavailable(e.to_string())),
+    }
+}

@@ -1,0 +1,17 @@
+//! Replication: the Raft type config, the durable log, the state machine, snapshots and the
+//! HTTP transport between federation nodes.
+
+pub mod log_store;
+pub mod network;
+pub mod snapshot_file;
+pub mod state_machine;
+pub mod transport;
+pub mod types;
+
+use openraft::RaftMetrics;
+use openraft::async_runtime::watch::WatchReceiver;
+
+/// A copy of the node's current Raft metrics.
+pub fn metrics(raft: &types::Raft) -> RaftMetrics<types::TypeConfig> {
+    raft.metrics().borrow_watched().clone()
+}

@@ -1,0 +1,192 @@
+//! The Raft transport's client side: one HTTP POST per RPC, MessagePack bodies.
+//!
+//! A [`PeerFilter`] lets tests cut this node off from chosen peers (a network partition that
+//! real processes can feel); it is only switched on when fault injection is enabled.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+
+use openraft::errors::{
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+
+pub const MSGPACK: &str = "application/msgpack";
+
+/// Peers this node pretends it cannot reach (fault injection for partition tests).
+#[derive(Clone, Default, Debug)]
+pub struct PeerFilter {
+    blocked: Arc<RwLock<BTreeSet<NodeId>>>,
+    blocked_addrs: Arc<RwLock<BTreeSet<String>>>,
+}
+
+impl PeerFilter {
+    pub fn set(&self, ids: BTreeSet<NodeId>, addrs: BTreeSet<String>) {
+        if let Ok(mut b) = self.blocked.write() {
+            *b = ids;
+        }
+        if let Ok(mut b) = self.blocked_addrs.write() {
+            *b = addrs;
+        }
+    }
+
+    pub fn blocked(&self) -> BTreeSet<NodeId> {
+        self.blocked.read().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    pub fn is_blocked(&self, id: NodeId) -> bool {
+        self.blocked.read().map(|b| b.contains(&id)).unwrap_or(false)
+    }
+
+    pub fn is_addr_blocked(&self, addr: &str) -> bool {
+        self.blocked_addrs
+            .read()
+            .map(|b| b.contains(addr))
+            .unwrap_or(false)
+    }
+}
+
+#[derive(Clone)]
+pub struct NetworkFactory {
+    http: reqwest::Client,
+    filter: PeerFilter,
+}
+
+impl NetworkFactory {
+    pub fn new(http: reqwest::Client, filter: PeerFilter) -> Self {
+        Self { http, filter }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            http: self.http.clone(),
+            filter: self.filter.clone(),
+        }
+    }
+}
+
+pub struct PeerClient {
+    target: NodeId,
+    addr: String,
+    http: reqwest::Client,
+    filter: PeerFilter,
+}
+
+impl PeerClient {
+    async fn call<Req, Resp>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        if self.filter.is_blocked(self.target) {
+            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                "node {} is partitioned away (fault injection)",
+                self.target
+            ))));
+        }
+        let body = rmp_serde::to_vec_named(req)
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+        let url = format!("http://{}/raft/{}", self.addr, path);
+        let resp = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, MSGPACK)
+            .body(body)
+            .timeout(option.hard_ttl())
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                } else {
+                    RPCError::Network(NetworkError::new(&e))
+                }
+            })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if !status.is_success() {
+            return Err(RPCError::Network(NetworkError::from_string(format!(
+                "HTTP {status} from {url}: {}",
+                String::from_utf8_lossy(&bytes)
+            ))));
+        }
+        let res: Result<Resp, RaftError<TypeConfig>> = rmp_serde::from_slice(&bytes)
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+        res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("append", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("vote", &rpc, &option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("pre-vote", &rpc, &option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let req = (vote, snapshot.meta, snapshot.snapshot.into_inner());
+        tokio::pin!(cancel);
+        tokio::select! {
+            closed = &mut cancel => Err(StreamingError::Closed(closed)),
+            res = self.call("snapshot", &req, &option) => Ok(res?),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("transfer-leader", &req, &option).await
+    }
+}

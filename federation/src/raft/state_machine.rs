@@ -1,0 +1,200 @@
+//! The in-memory federation state machine, with durable snapshots.
+//!
+//! The state lives in memory behind a lock that is never held across an await. Durability comes
+//! from the Raft log plus the latest snapshot file: on restart the snapshot is loaded and
+//! openraft re-applies the committed log after it.
+
+use std::io;
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+
+use super::snapshot_file::{FORMAT_V1, SnapshotDir, StoredSnapshot};
+use super::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::state::FederationState;
+use crate::state::command::Response;
+
+/// What the state machine holds, kept under one lock so a snapshot is consistent.
+#[derive(Debug, Default)]
+pub struct StateMachineData {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    pub state: FederationState,
+}
+
+/// The bytes of a snapshot's state part: everything but the meta.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotBody {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    state: FederationState,
+}
+
+#[derive(Clone)]
+pub struct StateMachineStore {
+    data: Arc<RwLock<StateMachineData>>,
+    dir: SnapshotDir,
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl StateMachineStore {
+    /// Opens the state machine, loading the latest snapshot from `dir` if there is one.
+    pub fn open(dir: &std::path::Path) -> io::Result<Self> {
+        let dir = SnapshotDir::open(dir)?;
+        let store = Self {
+            data: Arc::default(),
+            dir,
+        };
+        if let Some(snap) = store.dir.load()? {
+            store.restore(&snap.data)?;
+        }
+        Ok(store)
+    }
+
+    /// A shared handle for readers (the API layer).
+    pub fn data(&self) -> Arc<RwLock<StateMachineData>> {
+        self.data.clone()
+    }
+
+    fn restore(&self, bytes: &[u8]) -> io::Result<()> {
+        let body: SnapshotBody = rmp_serde::from_slice(bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let mut d = self.data.write().map_err(io_err)?;
+        d.last_applied = body.last_applied;
+        d.membership = body.membership;
+        d.state = body.state;
+        Ok(())
+    }
+}
+
+/// A digest of the replicated state, equal on every node that applied the same log.
+pub fn state_digest(state: &FederationState) -> String {
+    use std::hash::{Hash, Hasher};
+    let bytes = rmp_serde::to_vec_named(state).unwrap_or_default();
+    // DefaultHasher::new() has fixed keys: the same bytes hash the same on every node.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let (meta, bytes) = {
+            let d = self.data.read().map_err(io_err)?;
+            let body = SnapshotBodyRef {
+                last_applied: &d.last_applied,
+                membership: &d.membership,
+                state: &d.state,
+            };
+            let bytes = rmp_serde::to_vec_named(&body).map_err(io_err)?;
+            let meta = SnapshotMeta {
+                last_log_id: d.last_applied,
+                last_membership: d.membership.clone(),
+            };
+            (meta, bytes)
+        };
+        let stored = StoredSnapshot {
+            format: FORMAT_V1,
+            meta: meta.clone(),
+            data: bytes,
+        };
+        let dir = self.dir.clone();
+        let stored = tokio::task::spawn_blocking(move || dir.save(&stored).map(|_| stored))
+            .await
+            .map_err(io_err)??;
+        Ok(Snapshot {
+            meta,
+            snapshot: std::io::Cursor::new(stored.data),
+        })
+    }
+}
+
+#[derive(serde::Serialize)]
+struct SnapshotBodyRef<'a> {
+    last_applied: &'a Option<LogId>,
+    membership: &'a StoredMembership,
+    state: &'a FederationState,
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let d = self.data.read().map_err(io_err)?;
+        Ok((d.last_applied, d.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let response = {
+                let mut d = self.data.write().map_err(io_err)?;
+                d.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => Response::default(),
+                    EntryPayload::Normal(req) => {
+                        let index = entry.log_id.index();
+                        let results = req
+                            .commands
+                            .into_iter()
+                            .map(|c| d.state.apply(index, c))
+                            .collect();
+                        Response { results }
+                    }
+                    EntryPayload::Membership(m) => {
+                        d.membership = StoredMembership::new(Some(entry.log_id), m);
+                        Response::default()
+                    }
+                }
+            };
+            if let Some(r) = responder {
+                r.send(response);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Self::SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        self.restore(&bytes)?;
+        let stored = StoredSnapshot {
+            format: FORMAT_V1,
+            meta: meta.clone(),
+            data: bytes,
+        };
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || dir.save(&stored))
+            .await
+            .map_err(io_err)??;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let dir = self.dir.clone();
+        let snap = tokio::task::spawn_blocking(move || dir.load())
+            .await
+            .map_err(io_err)??;
+        Ok(snap.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: std::io::Cursor::new(s.data),
+        }))
+    }
+}

@@ -1,0 +1,86 @@
+//! The Raft transport's server side: axum routes that hand RPCs to the local Raft node.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use openraft::errors::RaftError;
+use serde::Serialize;
+
+use super::network::MSGPACK;
+use super::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+
+fn msgpack<T: Serialize>(v: &T) -> Response {
+    match rmp_serde::to_vec_named(v) {
+        Ok(b) => ([(header::CONTENT_TYPE, MSGPACK)], b).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn bad_request(e: impl std::fmt::Display) -> Response {
+    (StatusCode::BAD_REQUEST, e.to_string()).into_response()
+}
+
+async fn append(State(raft): State<Raft>, body: Bytes) -> Response {
+    match rmp_serde::from_slice(&body) {
+        Ok(req) => msgpack(&raft.append_entries(req).await),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn vote(State(raft): State<Raft>, body: Bytes) -> Response {
+    match rmp_serde::from_slice(&body) {
+        Ok(req) => msgpack(&raft.vote(req).await),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn pre_vote(State(raft): State<Raft>, body: Bytes) -> Response {
+    match rmp_serde::from_slice(&body) {
+        Ok(req) => msgpack(&raft.pre_vote(req).await),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Response {
+    let (vote, meta, data): (Vote, SnapshotMeta, Vec<u8>) = match rmp_serde::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(e),
+    };
+    let snap = Snapshot {
+        meta,
+        snapshot: std::io::Cursor::new(data),
+    };
+    let res: Result<_, RaftError<TypeConfig>> = raft
+        .install_full_snapshot(vote, snap)
+        .await
+        .map_err(RaftError::Fatal);
+    msgpack(&res)
+}
+
+async fn transfer_leader(State(raft): State<Raft>, body: Bytes) -> Response {
+    match rmp_serde::from_slice(&body) {
+        Ok(req) => {
+            let res: Result<_, RaftError<TypeConfig>> = raft
+                .handle_transfer_leader(req)
+                .await
+                .map_err(RaftError::Fatal);
+            msgpack(&res)
+        }
+        Err(e) => bad_request(e),
+    }
+}
+
+/// Routes under `/raft/`. Snapshots arrive whole, so this router allows large bodies.
+pub fn router(raft: Raft) -> Router {
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/pre-vote", post(pre_vote))
+        .route("/raft/snapshot", post(snapshot))
+        .route("/raft/transfer-leader", post(transfer_leader))
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 30))
+        .with_state(raft)
+}

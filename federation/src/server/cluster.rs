@@ -1,0 +1,231 @@
+//! `/v1/cluster/*`: membership, status, snapshots, and fault injection for tests.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use openraft::{BasicNode, ChangeMembers};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::raft::state_machine::state_digest;
+use crate::raft::types::NodeId;
+use tideway_api::cluster::NodeStatus;
+
+pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiError> {
+    let m = crate::raft::metrics(&st.raft);
+    let (digest, workloads, applied) = st.read(|d| {
+        (
+            state_digest(&d.state),
+            d.state.workloads.len(),
+            d.last_applied.map(|l| l.index()),
+        )
+    })?;
+    let mem = m.membership_config.membership();
+    Ok(Json(NodeStatus {
+        id: m.id,
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index,
+        committed: m.local_committed.map(|l| l.index()),
+        last_applied: applied,
+        snapshot: m.snapshot.map(|l| l.index()),
+        purged: m.purged.map(|l| l.index()),
+        voters: mem.voter_ids().collect(),
+        learners: mem.learner_ids().collect(),
+        members: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+        state_digest: digest,
+        workloads,
+        log_syncs: st.log_stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        log_entries: st.log_stats.entries.load(std::sync::atomic::Ordering::Relaxed),
+    }))
+}
+
+fn json_body<T: for<'de> Deserialize<'de>>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
+    tideway_api::decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    pub id: NodeId,
+    pub addr: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveRequest {
+    pub id: NodeId,
+}
+
+/// Sends a cluster operation on to the leader when this node does not lead.
+async fn to_leader<Req: Serialize>(
+    st: &AppState,
+    path: &str,
+    req: &Req,
+) -> Result<Option<serde_json::Value>, ApiError> {
+    if st.raft.is_leader() {
+        return Ok(None);
+    }
+    let leader = st
+        .raft
+        .current_leader()
+        .await
+        .ok_or_else(|| ApiError::Unavailable("no leader is known".into()))?;
+    let addr = st
+        .forwarder
+        .addr_of(leader)
+        .ok_or_else(|| ApiError::Unavailable(format!("no address for leader {leader}")))?;
+    let http = tideway_api::http::client_builder()
+        .build()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let resp = http
+        .post(format!("http://{addr}{path}"))
+        .json(req)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("forwarding to leader {leader}: {e}")))?;
+    let ok = resp.status().is_success();
+    let v: serde_json::Value = resp
+        .json()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")))?;
+    if ok {
+        Ok(Some(v))
+    } else {
+        Err(ApiError::Unavailable(format!("leader {leader} refused: {v}")))
+    }
+}
+
+/// Adds a node: first as a learner that catches up, then as a voter.
+pub async fn join(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let req: JoinRequest = json_body(body)?;
+    if req.addr.parse::<std::net::SocketAddr>().is_err() && !req.addr.contains(':') {
+        return Err(ApiError::field("addr", "must be HOST:PORT"));
+    }
+    if let Some(v) = to_leader(&st, "/v1/cluster/join", &req).await? {
+        return Ok(Json(v));
+    }
+    let m = crate::raft::metrics(&st.raft);
+    let is_voter = m
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|v| v == req.id);
+    if !is_voter {
+        st.raft
+            .add_learner(req.id, BasicNode { addr: req.addr.clone() }, true)
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("adding learner {}: {e}", req.id)))?;
+        st.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([req.id])), false)
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("promoting {} to voter: {e}", req.id)))?;
+    }
+    Ok(Json(serde_json::json!({"joined": req.id, "addr": req.addr})))
+}
+
+pub async fn remove(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let req: RemoveRequest = json_body(body)?;
+    if let Some(v) = to_leader(&st, "/v1/cluster/remove", &req).await? {
+        return Ok(Json(v));
+    }
+    let m = crate::raft::metrics(&st.raft);
+    let mem = m.membership_config.membership();
+    if !mem.nodes().any(|(id, _)| *id == req.id) {
+        return Err(ApiError::NotFound(format!("node {} is not a member", req.id)));
+    }
+    if mem.voter_ids().any(|v| v == req.id) {
+        st.raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([req.id])), false)
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("removing {}: {e}", req.id)))?;
+    } else {
+        st.raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([req.id])), false)
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("removing learner {}: {e}", req.id)))?;
+    }
+    Ok(Json(serde_json::json!({"removed": req.id})))
+}
+
+/// Builds a snapshot on this node now and purges the log it covers.
+pub async fn snapshot(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let applied = crate::raft::metrics(&st.raft)
+        .last_applied
+        .map(|l| l.index())
+        .unwrap_or(0);
+    st.raft
+        .trigger()
+        .snapshot()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let m = st
+        .raft
+        .wait(Some(Duration::from_secs(60)))
+        .metrics(
+            |m| m.snapshot.map(|s| s.index()).unwrap_or(0) >= applied,
+            "snapshot built",
+        )
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("waiting for the snapshot: {e}")))?;
+    let snap = m.snapshot.map(|s| s.index()).unwrap_or(0);
+    st.raft
+        .trigger()
+        .purge_log(snap)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let m = st
+        .raft
+        .wait(Some(Duration::from_secs(30)))
+        .metrics(
+            |m| m.purged.map(|p| p.index()).unwrap_or(0) >= snap,
+            "log purged",
+        )
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("waiting for the purge: {e}")))?;
+    Ok(Json(serde_json::json!({
+        "snapshot": snap,
+        "purged": m.purged.map(|p| p.index()),
+    })))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionRequest {
+    /// Peers this node stops talking to; empty heals.
+    pub blocked: Vec<NodeId>,
+}
+
+/// Fault injection: cut this node off from the given peers. Refused unless the server was
+/// started with fault injection enabled.
+pub async fn partition(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !st.fault_injection {
+        return Err(ApiError::Forbidden(
+            "fault injection is disabled; start the server with --fault-injection".into(),
+        ));
+    }
+    let req: PartitionRequest = json_body(body)?;
+    let ids: BTreeSet<NodeId> = req.blocked.iter().copied().collect();
+    let addrs = ids.iter().filter_map(|id| st.forwarder.addr_of(*id)).collect();
+    st.filter.set(ids.clone(), addrs);
+    Ok(Json(serde_json::json!({"blocked": ids})))
+}

@@ -1,0 +1,104 @@
+//! The API's error type and its problem+json form (RFC 9457).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tideway_api::{FieldError, Problem};
+
+use crate::proposer::ProposeError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("the request body could not be read: {0}")]
+    BadBody(String),
+    #[error("invalid request")]
+    Invalid(Vec<FieldError>),
+    #[error("the request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("unsupported media type {0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<ProposeError> for ApiError {
+    fn from(e: ProposeError) -> Self {
+        ApiError::Unavailable(e.to_string())
+    }
+}
+
+impl ApiError {
+    pub fn field(field: &str, reason: impl Into<String>) -> Self {
+        ApiError::Invalid(vec![FieldError::new(field, reason)])
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadBody(_) | ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn to_problem(&self) -> Problem {
+        let status = self.status();
+        let (slug, title, errors) = match self {
+            ApiError::BadBody(_) => ("bad-body", "The request body is not a valid document", vec![]),
+            ApiError::Invalid(errs) => ("invalid", "The request is invalid", errs.clone()),
+            ApiError::TooLarge { .. } => ("too-large", "The request body is too large", vec![]),
+            ApiError::NotFound(_) => ("not-found", "Not found", vec![]),
+            ApiError::Conflict(_) => ("conflict", "Conflict", vec![]),
+            ApiError::UnsupportedMediaType(_) => {
+                ("unsupported-media-type", "Unsupported media type", vec![])
+            }
+            ApiError::Unavailable(_) => ("unavailable", "The federation cannot serve this now", vec![]),
+            ApiError::Forbidden(_) => ("forbidden", "Forbidden", vec![]),
+            ApiError::Internal(_) => ("internal", "Internal error", vec![]),
+        };
+        let detail = match self {
+            ApiError::Invalid(errs) => errs
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.reason))
+                .collect::<Vec<_>>()
+                .join("; "),
+            other => other.to_string(),
+        };
+        Problem {
+            type_: format!("https://tideway.dev/problems/{slug}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: Some(detail),
+            instance: None,
+            errors,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = self.to_problem();
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut resp = (self.status(), body).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if matches!(self, ApiError::Unavailable(_)) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}

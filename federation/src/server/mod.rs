@@ -1,0 +1,108 @@
+//! The federation node's HTTP server: the public API (`/v1`), the Raft transport (`/raft`),
+//! forwarding endpoints between nodes (`/internal`), metrics and health.
+
+pub mod cluster;
+pub mod error;
+pub mod internal;
+pub mod metrics;
+pub mod workloads;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use openraft::ReadPolicy;
+
+use crate::forward::Forwarder;
+use crate::proposer::Proposer;
+use crate::raft::log_store::LogStats;
+use crate::raft::network::PeerFilter;
+use crate::raft::state_machine::StateMachineData;
+use crate::raft::types::Raft;
+
+use self::error::ApiError;
+use self::metrics::Metrics;
+
+/// Request bodies larger than this are refused with 413 before they are parsed.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Everything a request handler needs, cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub raft: Raft,
+    pub data: Arc<RwLock<StateMachineData>>,
+    pub proposer: Proposer,
+    pub forwarder: Forwarder,
+    pub filter: PeerFilter,
+    pub log_stats: Arc<LogStats>,
+    pub metrics: Arc<Metrics>,
+    pub fault_injection: bool,
+}
+
+impl AppState {
+    /// Reads the state under the lock. Callers pass a closure that copies out what they need;
+    /// the lock is never held across an await.
+    pub fn read<T>(&self, f: impl FnOnce(&StateMachineData) -> T) -> Result<T, ApiError> {
+        let d = self
+            .data
+            .read()
+            .map_err(|_| ApiError::Internal("state lock poisoned".into()))?;
+        Ok(f(&d))
+    }
+
+    /// Makes the next local read linearizable: on the leader by ReadIndex, on a follower by
+    /// asking the leader for its ReadIndex and waiting until this node has applied it.
+    pub async fn read_barrier(&self, stale: bool) -> Result<(), ApiError> {
+        if stale {
+            return Ok(());
+        }
+        let me = *self.raft.node_id();
+        let leader = self.raft.current_leader().await;
+        match leader {
+            Some(l) if l == me => {
+                self.raft
+                    .ensure_linearizable(ReadPolicy::ReadIndex)
+                    .await
+                    .map_err(|e| ApiError::Unavailable(format!("linearizable read failed: {e}")))?;
+                Ok(())
+            }
+            Some(l) => {
+                let idx = self.forwarder.read_index(l).await?;
+                self.raft
+                    .wait(Some(Duration::from_secs(5)))
+                    .applied_index_at_least(Some(idx), "linearizable read")
+                    .await
+                    .map_err(|e| ApiError::Unavailable(format!("catching up to the leader: {e}")))?;
+                Ok(())
+            }
+            None => Err(ApiError::Unavailable(
+                "no leader is known; retry, or read with ?stale=true".into(),
+            )),
+        }
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/v1/workloads",
+            post(workloads::submit).get(workloads::list),
+        )
+        .route("/v1/workloads/{id}", get(workloads::get_one))
+        .route("/v1/queues", get(workloads::list_queues))
+        .route("/v1/priorityclasses", get(workloads::list_priority_classes))
+        .route("/v1/cluster/status", get(cluster::status))
+        .route("/v1/cluster/join", post(cluster::join))
+        .route("/v1/cluster/remove", post(cluster::remove))
+        .route("/v1/cluster/snapshot", post(cluster::snapshot))
+        .route("/v1/debug/partition", post(cluster::partition))
+        .route("/internal/propose", post(internal::propose))
+        .route("/internal/read-index", post(internal::read_index))
+        .route("/metrics", get(metrics::render))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state.clone());
+    api.merge(crate::raft::transport::router(state.raft.clone()))
+}

@@ -1,0 +1,287 @@
+//! `/v1/workloads`: submit, get, list. Plus read-only listings of queues and priority classes.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde::Deserialize;
+use tideway_api::list::WorkloadList;
+use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
+
+use super::error::ApiError;
+use super::{AppState, MAX_BODY_BYTES};
+use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+const MAX_KEY_LEN: usize = 256;
+
+fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge {
+                limit: MAX_BODY_BYTES,
+            }
+        } else {
+            ApiError::BadBody(e.body_text())
+        }
+    })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    match headers.get(IDEMPOTENCY_HEADER) {
+        None => Ok(format!("gen-{}", uuid::Uuid::new_v4())),
+        Some(v) => {
+            let s = v
+                .to_str()
+                .map_err(|_| ApiError::field("header:Idempotency-Key", "must be printable ASCII"))?;
+            if s.is_empty() || s.len() > MAX_KEY_LEN {
+                return Err(ApiError::field(
+                    "header:Idempotency-Key",
+                    format!("must be 1 to {MAX_KEY_LEN} characters"),
+                ));
+            }
+            Ok(s.to_string())
+        }
+    }
+}
+
+/// Decodes a workload from JSON or YAML, as the Content-Type says.
+pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let format = if ct.contains("yaml") {
+        tideway_api::Format::Yaml
+    } else if ct.contains("json") || ct.is_empty() {
+        tideway_api::Format::Json
+    } else {
+        return Err(ApiError::UnsupportedMediaType(ct.to_string()));
+    };
+    let w: Workload = match format {
+        tideway_api::Format::Yaml => tideway_api::decode_yaml(body),
+        _ => tideway_api::decode_json(body),
+    }
+    .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
+    Ok(w)
+}
+
+pub async fn submit(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let body = body_or_error(body)?;
+    let key = idempotency_key(&headers)?;
+    let mut w = decode_workload(&headers, &body)?;
+    w.validate().map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
+    let pre = st.read(|d| {
+        if let Some(existing) = d.state.by_idempotency_key(&key) {
+            return Ok(Some(existing.clone()));
+        }
+        let errs = d.state.check_references(&w);
+        if errs.is_empty() {
+            Ok(None)
+        } else {
+            Err(ApiError::Invalid(errs))
+        }
+    })??;
+    if let Some(existing) = pre {
+        st.metrics.submissions("replayed");
+        return Ok(workload_response(StatusCode::OK, &existing));
+    }
+    w.status = None;
+    w.metadata.uid = Some(tideway_api::new_uid());
+    let cmd = Command::SubmitWorkload {
+        workload: Box::new(w),
+        idempotency_key: key,
+        at: Utc::now(),
+    };
+    let result = st.proposer.propose(cmd).await;
+    let resp = match result {
+        Ok(CommandResult::Created {
+            object: StoredObject::Workload(w),
+        }) => {
+            st.metrics.submissions("created");
+            workload_response(StatusCode::CREATED, &w)
+        }
+        Ok(CommandResult::Existing {
+            object: StoredObject::Workload(w),
+        }) => {
+            st.metrics.submissions("replayed");
+            workload_response(StatusCode::OK, &w)
+        }
+        Ok(CommandResult::Rejected {
+            rejection: Rejection::Invalid { errors },
+        }) => {
+            st.metrics.submissions("rejected");
+            return Err(ApiError::Invalid(errors));
+        }
+        Ok(CommandResult::Rejected {
+            rejection: Rejection::Conflict { name },
+        }) => {
+            st.metrics.submissions("rejected");
+            return Err(ApiError::Conflict(format!(
+                "a workload named '{name}' exists, submitted with another idempotency key"
+            )));
+        }
+        Ok(other) => {
+            return Err(ApiError::Internal(format!(
+                "unexpected state machine answer {other:?}"
+            )));
+        }
+        Err(e) => {
+            st.metrics.submissions("unavailable");
+            return Err(e.into());
+        }
+    };
+    st.metrics.observe_submit(started.elapsed());
+    Ok(resp)
+}
+
+fn workload_response(status: StatusCode, w: &Workload) -> Response {
+    let mut resp = (status, Json(w)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/workloads/{}", w.metadata.name)) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    #[serde(default)]
+    pub stale: bool,
+}
+
+fn query_error(e: QueryRejection) -> ApiError {
+    // serde_urlencoded names the parameter in its message, e.g. "limit: invalid digit".
+    let text = e.body_text();
+    let field = text
+        .split_once(": ")
+        .map(|(_, rest)| rest)
+        .unwrap_or(&text)
+        .split(|c: char| c == ':' || c.is_whitespace())
+        .next()
+        .unwrap_or("")
+        .trim_matches('`')
+        .to_string();
+    ApiError::field(&format!("query:{field}"), text)
+}
+
+pub async fn get_one(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    params: Result<Query<ReadParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(query_error)?;
+    st.read_barrier(params.stale).await?;
+    let w = st.read(|d| d.state.workload(&id).cloned())?;
+    match w {
+        Some(w) => Ok(Json(w).into_response()),
+        None => Err(ApiError::NotFound(format!("workload '{id}' not found"))),
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub queue: Option<String>,
+    pub phase: Option<String>,
+    pub limit: Option<usize>,
+    /// The `continue` token of the previous page.
+    pub after: Option<u64>,
+    #[serde(default)]
+    pub stale: bool,
+}
+
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
+fn parse_phase(s: &str) -> Result<WorkloadPhase, ApiError> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        ApiError::field(
+            "query:phase",
+            format!("unknown phase '{s}'; one of Pending, Admitted, Assigned, Running, Succeeded, Failed, Cancelled, Preempted"),
+        )
+    })
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(p) = params.map_err(query_error)?;
+    let limit = p.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::field(
+            "query:limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    let phase = p.phase.as_deref().map(parse_phase).transpose()?;
+    st.read_barrier(p.stale).await?;
+    let page = st.read(|d| {
+        let start = p.after.map(|a| a.saturating_add(1)).unwrap_or(0);
+        let mut items = Vec::new();
+        let mut last_seq = 0;
+        let mut more = false;
+        for (seq, name) in d.state.order.range(start..) {
+            let Some(w) = d.state.workloads.get(name) else {
+                continue;
+            };
+            if p.queue.as_ref().is_some_and(|q| &w.spec.queue != q) {
+                continue;
+            }
+            if let Some(ph) = &phase
+                && w.status.as_ref().map(|s| &s.phase) != Some(ph)
+            {
+                continue;
+            }
+            if items.len() == limit {
+                more = true;
+                break;
+            }
+            last_seq = *seq;
+            items.push(w.clone());
+        }
+        // The token is the sequence number of the last item returned.
+        let next = more.then_some(last_seq);
+        WorkloadList {
+            api_version: API_VERSION.to_string(),
+            kind: "WorkloadList".into(),
+            items,
+            continue_: next,
+        }
+    })?;
+    Ok(Json(page).into_response())
+}
+
+pub async fn list_queues(
+    State(st): State<AppState>,
+    params: Result<Query<ReadParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(query_error)?;
+    st.read_barrier(params.stale).await?;
+    let qs = st.read(|d| d.state.queues.values().cloned().collect::<Vec<_>>())?;
+    Ok(Json(serde_json::json!({"apiVersion": API_VERSION, "kind": "QueueList", "items": qs}))
+        .into_response())
+}
+
+pub async fn list_priority_classes(
+    State(st): State<AppState>,
+    params: Result<Query<ReadParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(query_error)?;
+    st.read_barrier(params.stale).await?;
+    let pcs = st.read(|d| d.state.priority_classes.values().cloned().collect::<Vec<_>>())?;
+    Ok(Json(
+        serde_json::json!({"apiVersion": API_VERSION, "kind": "PriorityClassList", "items": pcs}),
+    )
+    .into_response())
+}

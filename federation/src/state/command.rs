@@ -1,0 +1,74 @@
+//! What the federation state machine is asked to do, and what it answers.
+//!
+//! Commands carry every input that apply needs, including the time and the UID chosen by the
+//! proposing node, so that applying the same log on every node gives the same state.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tideway_api::{FieldError, PriorityClass, Queue, Workload};
+
+/// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
+/// log entry, one replication message and one fsync.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Request {
+    pub commands: Vec<Command>,
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Request({} commands)", self.commands.len())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Command {
+    /// Accept a workload. `workload` is already validated, named, and stamped with a UID.
+    SubmitWorkload {
+        workload: Box<Workload>,
+        idempotency_key: String,
+        at: DateTime<Utc>,
+    },
+    /// Create or replace a queue.
+    PutQueue { queue: Box<Queue>, at: DateTime<Utc> },
+    /// Create or replace a priority class.
+    PutPriorityClass {
+        priority_class: Box<PriorityClass>,
+        at: DateTime<Utc>,
+    },
+}
+
+/// The answer of the state machine to a whole [`Request`], one result per command, in order.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Response {
+    pub results: Vec<CommandResult>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "result", rename_all = "camelCase")]
+pub enum CommandResult {
+    /// The command took effect; the object as stored.
+    Created { object: StoredObject },
+    /// The idempotency key was seen before: the object it created, unchanged.
+    Existing { object: StoredObject },
+    /// The command was refused; nothing changed.
+    Rejected { rejection: Rejection },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Rejection {
+    /// The command names something that does not exist (an unknown queue).
+    Invalid { errors: Vec<FieldError> },
+    /// The name is taken by another object created with another idempotency key.
+    Conflict { name: String },
+}
+
+/// An object as the state machine stored it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum StoredObject {
+    Workload(Box<Workload>),
+    Queue(Box<Queue>),
+    PriorityClass(Box<PriorityClass>),
+}

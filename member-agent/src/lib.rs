@@ -1,0 +1,11 @@
+//! tideway-agent: the member-cluster agent.
+//!
+//! An agent runs next to each member cluster: it registers the cluster with the federation,
+//! reports a capacity digest, pulls assignments and creates them in the local cluster
+//! idempotently (keyed by workload UID), and reports status back. Backends: `kube` (Volcano
+//! and Kueue through the kube crate) and `sim` (an embedded cluster with a local gang
+//! scheduler). The protocol and backends land with the agents issue; the crate exists now so
+//! the workspace has its final shape and the dependency graph (api <- agent) is fixed.
+
+/// The resource types an agent speaks, re-exported so backends depend on one crate.
+pub use tideway_api as api;

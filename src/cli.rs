@@ -1,0 +1,339 @@
+//! Command-line verbs. Every client verb takes `--addr` (default `TIDEWAY_ADDR`, then
+//! `127.0.0.1:7400`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tideway_api::client::{Client, ListQuery};
+use tideway_federation::{Node, NodeConfig};
+
+use crate::bench;
+use crate::output;
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7400";
+
+#[derive(Parser, Debug)]
+#[command(name = "tideway", version, about = "Multi-cluster federation control plane for GPU fleets")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// Address of any federation node.
+    #[arg(long, env = "TIDEWAY_ADDR", default_value = DEFAULT_ADDR, global = true)]
+    pub addr: String,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run a federation node.
+    Server(ServerArgs),
+    /// Run everything on one machine on the embedded default: a one-node federation.
+    Dev(DevArgs),
+    /// Submit a workload from a YAML or JSON file (`-` for standard input).
+    Submit {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Reuse a key to make a retried submission safe; generated when absent.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show one workload by name or UID.
+    Get {
+        id: String,
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: OutputFormat,
+        /// Read this node's possibly stale copy instead of a linearizable read.
+        #[arg(long)]
+        stale: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List workloads.
+    List {
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        phase: Option<String>,
+        /// Page size; all pages are fetched unless --no-paging.
+        #[arg(long, default_value_t = 500)]
+        limit: usize,
+        #[arg(long)]
+        no_paging: bool,
+        #[arg(long)]
+        stale: bool,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Federation membership and health.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Benchmarks that start their own processes.
+    Bench {
+        #[command(subcommand)]
+        cmd: bench::BenchCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Leader, term, members, and each member's last applied index.
+    Status {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a member.
+    Remove {
+        #[arg(long)]
+        id: u64,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Build a snapshot on the node at --addr now and purge the log it covers.
+    Snapshot {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// This node's Raft id (unique, stable across restarts).
+    #[arg(long)]
+    pub id: u64,
+    #[arg(long, default_value = DEFAULT_ADDR)]
+    pub listen: String,
+    /// Address others use to reach this node (defaults to --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Join the cluster through this member instead of bootstrapping a new one.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Allow `/v1/debug/partition` (tests only).
+    #[arg(long, hide = true)]
+    pub fault_injection: bool,
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_ms: u64,
+    #[arg(long, default_value_t = 600)]
+    pub election_timeout_min_ms: u64,
+    #[arg(long, default_value_t = 1200)]
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries.
+    #[arg(long, default_value_t = 20_000)]
+    pub snapshot_every: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    #[arg(long, default_value = DEFAULT_ADDR)]
+    pub listen: String,
+    /// Keep state here; a fresh temporary directory when absent.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+}
+
+impl Cli {
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.cmd {
+            Cmd::Server(_) | Cmd::Dev(_) => "info,openraft=warn",
+            _ => "warn",
+        }
+    }
+
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.cmd {
+            Cmd::Server(a) => server(a).await,
+            Cmd::Dev(a) => dev(a).await,
+            Cmd::Submit {
+                file,
+                idempotency_key,
+                output,
+                target,
+            } => {
+                let (body, yaml) = read_manifest(&file)?;
+                let client = Client::new(&target.addr)?;
+                let (w, created) = client
+                    .submit_raw(body, yaml, idempotency_key.as_deref())
+                    .await?;
+                if output == OutputFormat::Table {
+                    let verb = if created { "created" } else { "unchanged (idempotent replay)" };
+                    println!("workload/{} {verb}", w.metadata.name);
+                } else {
+                    output::print_one(&w, output)?;
+                }
+                Ok(())
+            }
+            Cmd::Get {
+                id,
+                output,
+                stale,
+                target,
+            } => {
+                let w = Client::new(&target.addr)?.get(&id, stale).await?;
+                output::print_one(&w, output)
+            }
+            Cmd::List {
+                queue,
+                phase,
+                limit,
+                no_paging,
+                stale,
+                output,
+                target,
+            } => {
+                let client = Client::new(&target.addr)?;
+                let mut q = ListQuery {
+                    queue,
+                    phase,
+                    limit: Some(limit),
+                    after: None,
+                    stale,
+                };
+                let mut items = Vec::new();
+                loop {
+                    let page = client.list(&q).await?;
+                    items.extend(page.items);
+                    match page.continue_ {
+                        Some(c) if !no_paging => q.after = Some(c),
+                        _ => break,
+                    }
+                }
+                output::print_workloads(&items, output)
+            }
+            Cmd::Cluster { cmd } => cluster(cmd).await,
+            Cmd::Bench { cmd } => bench::run(cmd).await,
+        }
+    }
+}
+
+fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
+    let body = if file.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+        b
+    } else {
+        std::fs::read(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let is_json = file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    Ok((body, !is_json))
+}
+
+async fn server(a: ServerArgs) -> anyhow::Result<()> {
+    let mut cfg = NodeConfig::new(a.id, a.listen, a.data);
+    cfg.advertise = a.advertise;
+    cfg.join = a.join;
+    cfg.fault_injection = a.fault_injection;
+    cfg.heartbeat_ms = a.heartbeat_ms;
+    cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
+    cfg.snapshot_every = a.snapshot_every;
+    let node = Node::start(cfg).await?;
+    tracing::info!(addr = %node.addr, "federation node serving");
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn dev(a: DevArgs) -> anyhow::Result<()> {
+    let (dir, _tmp) = match a.data {
+        Some(d) => (d, None),
+        None => {
+            let t = tempdir()?;
+            (t.clone(), Some(t))
+        }
+    };
+    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    println!("Tideway dev: a one-node federation on the embedded default");
+    println!("  API:      http://{}/v1/workloads", node.addr);
+    println!("  status:   http://{}/v1/cluster/status", node.addr);
+    println!("  metrics:  http://{}/metrics", node.addr);
+    println!("  data:     {}", dir.display());
+    println!("Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}", node.addr);
+    wait_for_signal().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+fn tempdir() -> anyhow::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("tideway-dev-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCmd::Status { output, target } => {
+            let client = Client::new(&target.addr)?;
+            let here = client.cluster_status().await?;
+            let mut nodes = Vec::new();
+            for (id, addr) in &here.members {
+                let st = match Client::new(addr)?.cluster_status().await {
+                    Ok(s) => Ok(s),
+                    Err(e) => Err(format!("{e}")),
+                };
+                nodes.push((*id, addr.clone(), st));
+            }
+            output::print_cluster(&here, &nodes, output)
+        }
+        ClusterCmd::Remove { id, target } => {
+            Client::new(&target.addr)?.cluster_remove(id).await?;
+            println!("node {id} removed");
+            Ok(())
+        }
+        ClusterCmd::Snapshot { target } => {
+            let v = Client::new(&target.addr)?.cluster_snapshot().await?;
+            println!("{v}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! How the CLI prints resources: tables for people, JSON and YAML for programs.
+
+use serde::Serialize;
+use tideway_api::Workload;
+use tideway_api::cluster::NodeStatus;
+
+use crate::cli::OutputFormat;
+
+pub fn print_one<T: Serialize>(v: &T, fmt: OutputFormat) -> anyhow::Result<()> {
+    match fmt {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(v)?),
+        _ => print!("{}", serde_saphyr::to_string(v)?),
+    }
+    Ok(())
+}
+
+fn phase_of(w: &Workload) -> String {
+    w.status
+        .as_ref()
+        .map(|s| format!("{:?}", s.phase))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<()> {
+    match fmt {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
+        OutputFormat::Table => {
+            println!("{:<40} {:<16} {:<11} {:>5} {:<10}", "NAME", "QUEUE", "CLASS", "GPUS", "PHASE");
+            for w in items {
+                println!(
+                    "{:<40} {:<16} {:<11} {:>5} {:<10}",
+                    w.metadata.name,
+                    w.spec.queue,
+                    format!("{:?}", w.spec.class).to_lowercase(),
+                    w.spec.total_gpus(),
+                    phase_of(w)
+                );
+            }
+        }
+        OutputFormat::Wide => {
+            println!(
+                "{:<40} {:<16} {:<11} {:<10} {:>5} {:<10} {:<10} {:<36} {:<25}",
+                "NAME", "QUEUE", "CLASS", "PRIORITY", "GPUS", "PHASE", "CLUSTER", "UID", "SUBMITTED"
+            );
+            for w in items {
+                let st = w.status.as_ref();
+                println!(
+                    "{:<40} {:<16} {:<11} {:<10} {:>5} {:<10} {:<10} {:<36} {:<25}",
+                    w.metadata.name,
+                    w.spec.queue,
+                    format!("{:?}", w.spec.class).to_lowercase(),
+                    w.spec.priority_class,
+                    w.spec.total_gpus(),
+                    phase_of(w),
+                    st.and_then(|s| s.cluster.clone()).unwrap_or_else(|| "-".into()),
+                    w.metadata.uid.clone().unwrap_or_default(),
+                    st.and_then(|s| s.submitted_at)
+                        .map(|t| t.to_rfc3339())
+                        .unwrap_or_default(),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn print_cluster(
+    here: &NodeStatus,
+    nodes: &[(u64, String, Result<NodeStatus, String>)],
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        let v = serde_json::json!({
+            "leader": here.leader,
+            "term": here.term,
+            "voters": here.voters,
+            "learners": here.learners,
+            "nodes": nodes.iter().map(|(id, addr, st)| match st {
+                Ok(s) => serde_json::json!({"id": id, "addr": addr, "reachable": true, "status": s}),
+                Err(e) => serde_json::json!({"id": id, "addr": addr, "reachable": false, "error": e}),
+            }).collect::<Vec<_>>(),
+        });
+        return print_one(&v, fmt);
+    }
+    println!(
+        "leader: {}   term: {}",
+        here.leader.map(|l| l.to_string()).unwrap_or_else(|| "none".into()),
+        here.term
+    );
+    println!(
+        "{:<4} {:<22} {:<9} {:<10} {:>10} {:>10} {:>10} {:<18}",
+        "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST"
+    );
+    for (id, addr, st) in nodes {
+        let role = if here.voters.contains(id) { "voter" } else { "learner" };
+        match st {
+            Ok(s) => println!(
+                "{:<4} {:<22} {:<9} {:<10} {:>10} {:>10} {:>10} {:<18}",
+                id,
+                addr,
+                role,
+                s.state,
+                s.last_log_index.map(|v| v.to_string()).unwrap_or("-".into()),
+                s.last_applied.map(|v| v.to_string()).unwrap_or("-".into()),
+                s.snapshot.map(|v| v.to_string()).unwrap_or("-".into()),
+                s.state_digest
+            ),
+            Err(e) => println!("{id:<4} {addr:<22} {role:<9} unreachable: {e}"),
+        }
+    }
+    Ok(())
+}

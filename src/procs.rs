@@ -1,0 +1,302 @@
+//! Real `tideway server` processes on loopback: the harness of the end-to-end tests and of
+//! `tideway bench`. Nodes can be stopped, killed with SIGKILL, restarted and partitioned.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tideway_api::client::Client;
+use tideway_api::cluster::NodeStatus;
+
+/// A free loopback port (bound, then released for the child to take).
+pub fn free_addr() -> anyhow::Result<String> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.to_string())
+}
+
+pub struct ProcNode {
+    pub id: u64,
+    pub addr: String,
+    pub data: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct ProcCluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    pub nodes: BTreeMap<u64, ProcNode>,
+    /// Extra flags for every server (e.g. `--fault-injection`).
+    pub extra_args: Vec<String>,
+}
+
+impl ProcCluster {
+    pub fn new(bin: impl Into<PathBuf>, dir: impl Into<PathBuf>) -> Self {
+        Self {
+            bin: bin.into(),
+            dir: dir.into(),
+            nodes: BTreeMap::new(),
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// Starts `n` nodes: node 1 bootstraps, the others join through it.
+    pub async fn start(
+        bin: impl Into<PathBuf>,
+        dir: impl Into<PathBuf>,
+        n: u64,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut c = Self::new(bin, dir);
+        c.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        c.add_node(1, None).await?;
+        for id in 2..=n {
+            let via = c.nodes[&1].addr.clone();
+            c.add_node(id, Some(&via)).await?;
+        }
+        c.wait_for_voters(n as usize, Duration::from_secs(60))
+            .await?;
+        Ok(c)
+    }
+
+    pub fn client(&self, id: u64) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.nodes[&id].addr)?)
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.values().map(|n| n.addr.clone()).collect()
+    }
+
+    /// Starts a new node with a fresh data directory, joining through `join` if given.
+    pub async fn add_node(&mut self, id: u64, join: Option<&str>) -> anyhow::Result<()> {
+        let addr = free_addr()?;
+        let data = self.dir.join(format!("node-{id}"));
+        std::fs::create_dir_all(&data)?;
+        let mut node = ProcNode {
+            id,
+            addr,
+            data,
+            child: None,
+        };
+        node.child = Some(self.spawn(&node, join)?);
+        let addr = node.addr.clone();
+        self.nodes.insert(id, node);
+        wait_for_http(&addr, Duration::from_secs(30)).await?;
+        Ok(())
+    }
+
+    fn spawn(&self, node: &ProcNode, join: Option<&str>) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("node-{}.log", node.id)))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("server")
+            .args(["--id", &node.id.to_string()])
+            .args(["--listen", &node.addr])
+            .arg("--data")
+            .arg(&node.data)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(j) = join {
+            cmd.args(["--join", j]);
+        }
+        cmd.spawn()
+            .with_context(|| format!("spawning {}", self.bin.display()))
+    }
+
+    /// SIGKILL: no chance to flush or say goodbye.
+    pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.nodes.get_mut(&id).context("no such node")?;
+        if let Some(mut c) = node.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait: a clean shutdown.
+    pub fn stop(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.nodes.get_mut(&id).context("no such node")?;
+        if let Some(mut c) = node.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if c.try_wait()?.is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    c.kill()?;
+                    c.wait()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped node again on its old address and data.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let child = {
+            let node = self.nodes.get(&id).context("no such node")?;
+            if node.child.is_some() {
+                bail!("node {id} is running");
+            }
+            self.spawn(node, None)?
+        };
+        let node = self.nodes.get_mut(&id).context("no such node")?;
+        node.child = Some(child);
+        let addr = node.addr.clone();
+        wait_for_http(&addr, Duration::from_secs(30)).await
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.child.is_some())
+    }
+
+    pub async fn status(&self, id: u64) -> anyhow::Result<NodeStatus> {
+        Ok(self.client(id)?.cluster_status().await?)
+    }
+
+    /// The leader that a majority of the running nodes agree on.
+    pub async fn leader(&self) -> Option<u64> {
+        let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut running = 0;
+        for id in self.nodes.keys() {
+            if !self.is_running(*id) {
+                continue;
+            }
+            running += 1;
+            if let Ok(s) = self.status(*id).await
+                && let Some(l) = s.leader
+                && self.is_running(l)
+            {
+                *votes.entry(l).or_default() += 1;
+            }
+        }
+        votes
+            .into_iter()
+            .find(|(_, v)| *v * 2 > running)
+            .map(|(l, _)| l)
+    }
+
+    pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader().await {
+                return Ok(l);
+            }
+            if Instant::now() > deadline {
+                bail!("no leader within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_for_voters(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader().await
+                && let Ok(s) = self.status(l).await
+                && s.voters.len() == n
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the cluster did not reach {n} voters within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every running node has applied the same index, and returns their statuses.
+    pub async fn wait_converged(&self, timeout: Duration) -> anyhow::Result<Vec<NodeStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut all = Vec::new();
+            for id in self.nodes.keys() {
+                if self.is_running(*id)
+                    && let Ok(s) = self.status(*id).await
+                {
+                    all.push(s);
+                }
+            }
+            let running = self.nodes.keys().filter(|id| self.is_running(**id)).count();
+            if all.len() == running
+                && all.windows(2).all(|w| {
+                    w[0].last_applied == w[1].last_applied && w[0].state_digest == w[1].state_digest
+                })
+                && all.iter().all(|s| s.last_applied == s.committed)
+            {
+                return Ok(all);
+            }
+            if Instant::now() > deadline {
+                bail!("nodes did not converge within {timeout:?}: {all:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Cuts `id` off from every other node, both ways (needs `--fault-injection`).
+    pub async fn isolate(&self, id: u64) -> anyhow::Result<()> {
+        let others: Vec<u64> = self.nodes.keys().copied().filter(|o| *o != id).collect();
+        self.client(id)?.partition(&others).await?;
+        for o in &others {
+            if self.is_running(*o) {
+                self.client(*o)?.partition(&[id]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn heal(&self) -> anyhow::Result<()> {
+        for id in self.nodes.keys() {
+            if self.is_running(*id) {
+                self.client(*id)?.partition(&[]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ProcCluster {
+    fn drop(&mut self) {
+        for n in self.nodes.values_mut() {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+async fn wait_for_http(addr: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let http = tideway_api::http::client_builder().build()?;
+    loop {
+        if let Ok(r) = http
+            .get(format!("http://{addr}/healthz"))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{addr} did not answer within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,94 @@
+//! Shared helpers of the end-to-end tests.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use tideway::procs::ProcCluster;
+use tideway_api::Workload;
+use tideway_api::client::{Client, ListQuery};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A cluster of real processes and the directory it lives in; dropped together.
+pub struct TestCluster {
+    pub c: ProcCluster,
+    _dir: TempDir,
+    _guard: MutexGuard<'static, ()>,
+}
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
+
+pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
+    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ProcCluster::start(BIN, dir.path(), n, extra)
+        .await
+        .expect("start cluster");
+    TestCluster {
+        c,
+        _dir: dir,
+        _guard: guard,
+    }
+}
+
+pub fn workload_json(name: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"training","priorityClass":"normal","podSets":[{{"name":"worker","count":2,"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":2}},"topology":{{"required":"rack"}},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
+    )
+}
+
+/// Submits with retries across `addrs` (same name and key each time) until acknowledged or
+/// the deadline passes. Returns whether it was acknowledged.
+pub async fn submit_until_acked(addrs: &[String], start_at: usize, name: &str, deadline: Instant) -> bool {
+    let mut at = start_at;
+    while Instant::now() < deadline {
+        let client = Client::new(&addrs[at % addrs.len()]).expect("client");
+        match client
+            .submit_raw(workload_json(name).into_bytes(), false, Some(name))
+            .await
+        {
+            Ok(_) => return true,
+            Err(_) => {
+                at += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    false
+}
+
+/// Every workload a node holds in its own copy (stale reads, so each node answers for itself).
+pub async fn all_workloads(addr: &str) -> Vec<Workload> {
+    let client = Client::new(addr).expect("client");
+    let mut q = ListQuery {
+        limit: Some(1000),
+        stale: true,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    loop {
+        let page = client.list(&q).await.expect("list");
+        out.extend(page.items);
+        match page.continue_ {
+            Some(c) => q.after = Some(c),
+            None => return out,
+        }
+    }
+}
+
+/// Asserts that the node at `addr` holds exactly the names in `acked` (each once), and maybe
+/// others that were committed but whose acknowledgement the client never saw.
+pub async fn assert_holds_exactly_once(addr: &str, acked: &BTreeSet<String>) -> usize {
+    let items = all_workloads(addr).await;
+    let names: Vec<&str> = items.iter().map(|w| w.metadata.name.as_str()).collect();
+    let distinct: BTreeSet<&str> = names.iter().copied().collect();
+    assert_eq!(names.len(), distinct.len(), "{addr}: a workload is listed twice");
+    let uids: BTreeSet<_> = items.iter().map(|w| w.metadata.uid.clone()).collect();
+    assert_eq!(uids.len(), items.len(), "{addr}: two workloads share a UID");
+    for n in acked {
+        assert!(distinct.contains(n.as_str()), "{addr}: acknowledged workload {n} is missing");
+    }
+    items.len()
+}

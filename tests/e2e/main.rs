@@ -1,0 +1,11 @@
+//! End-to-end tests: real `tideway` processes on loopback, numbered so they read in order.
+//! Each test takes the harness lock: clusters of three processes on a 2-core machine are
+//! not run side by side.
+
+mod common;
+mod t10_submit_failover;
+mod t20_restart;
+mod t30_snapshot_catch_up;
+mod t40_partition;
+mod t50_bad_input;
+mod t60_cli;

@@ -1,0 +1,120 @@
+//! Bad input gets a 4xx problem+json that names the field; the server keeps serving and
+//! nothing is written.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+async fn post(addr: &str, body: Vec<u8>, content_type: &str) -> (u16, String, Value) {
+    let resp = tideway_api::http::client_builder().build().expect("http client")
+        .post(format!("http://{addr}/v1/workloads"))
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    (status, ct, v)
+}
+
+fn fields(v: &Value) -> Vec<String> {
+    v["errors"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["field"].as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
+    let tc = cluster(3, &[]).await;
+    let leader = tc.c.wait_for_leader(std::time::Duration::from_secs(10)).await.unwrap();
+    // Send to a follower too: validation happens before anything is forwarded.
+    let follower = tc.c.nodes.keys().copied().find(|id| *id != leader).unwrap();
+    let good = workload_json("ok-1");
+    let cases: Vec<(&str, Vec<u8>, u16, Option<&str>)> = vec![
+        ("malformed JSON", b"{\"apiVersion\": ".to_vec(), 400, None),
+        (
+            "unknown field",
+            good.replace("\"queue\":\"default\"", "\"queue\":\"default\",\"gpus\":4").into_bytes(),
+            400,
+            Some("spec.gpus"),
+        ),
+        (
+            "wrong type",
+            good.replace("\"count\":2", "\"count\":\"two\"").into_bytes(),
+            400,
+            Some("spec.podSets[0].count"),
+        ),
+        (
+            "zero GPUs",
+            good.replace("\"gpusPerPod\":8", "\"gpusPerPod\":0").into_bytes(),
+            400,
+            Some("spec.podSets[0].gpusPerPod"),
+        ),
+        (
+            "negative count",
+            good.replace("\"count\":2", "\"count\":-1").into_bytes(),
+            400,
+            Some("spec.podSets[0].count"),
+        ),
+        (
+            "unknown queue",
+            good.replace("\"queue\":\"default\"", "\"queue\":\"nope\"").into_bytes(),
+            400,
+            Some("spec.queue"),
+        ),
+        (
+            "10 MB body",
+            {
+                let mut b = good.clone().into_bytes();
+                b.extend(std::iter::repeat_n(b' ', 10 << 20));
+                b
+            },
+            413,
+            None,
+        ),
+    ];
+    for id in [leader, follower] {
+        let addr = tc.c.nodes[&id].addr.clone();
+        let before = tc.c.status(id).await.unwrap();
+        for (what, body, want, field) in &cases {
+            let (status, ct, v) = post(&addr, body.clone(), "application/json").await;
+            assert_eq!(status, *want, "{what} on node {id}: {v}");
+            assert!(ct.starts_with("application/problem+json"), "{what}: content-type {ct}");
+            assert_eq!(v["status"].as_u64(), Some(*want as u64), "{what}: {v}");
+            assert!(v["title"].is_string() && v["type"].is_string(), "{what}: {v}");
+            if let Some(f) = field {
+                assert!(fields(&v).iter().any(|x| x == f), "{what}: field {f} not named in {v}");
+            }
+        }
+        // Still serving, and nothing was written.
+        let after = tc.c.status(id).await.unwrap();
+        assert_eq!(after.workloads, 0);
+        assert_eq!(after.last_log_index, before.last_log_index, "a bad request reached the log");
+    }
+    // A good one still goes through.
+    let client = tc.c.client(follower).unwrap();
+    let (w, created) = client
+        .submit_raw(good.into_bytes(), false, Some("k1"))
+        .await
+        .expect("good submission");
+    assert!(created);
+    assert_eq!(w.metadata.name, "ok-1");
+    // The same key again: the original, not a duplicate.
+    let (again, created) = client
+        .submit_raw(workload_json("ok-1").into_bytes(), false, Some("k1"))
+        .await
+        .expect("replay");
+    assert!(!created);
+    assert_eq!(again.metadata.uid, w.metadata.uid);
+    // The same name with another key: a conflict.
+    let (status, _, v) = post(&tc.c.nodes[&leader].addr, workload_json("ok-1").into_bytes(), "application/json").await;
+    assert_eq!(status, 409, "{v}");
+}
