@@ -73,7 +73,10 @@ async fn client_loop(
         let name = format!("bench-{tag}-{n}");
         let sent = Instant::now();
         let res = http
-            .post(format!("http://{}/v1/workloads", targets[at % targets.len()]))
+            .post(format!(
+                "http://{}/v1/workloads",
+                targets[at % targets.len()]
+            ))
             .header("content-type", "application/json")
             .header("idempotency-key", &name)
             .body(workload_body(&name))
@@ -178,7 +181,14 @@ async fn submit(
     };
     let targets = Arc::new(addrs);
     eprintln!("warm-up 2 s");
-    load(targets.clone(), clients, Duration::from_secs(2), "warm", None).await?;
+    load(
+        targets.clone(),
+        clients,
+        Duration::from_secs(2),
+        "warm",
+        None,
+    )
+    .await?;
     let (acked, errors, lat, elapsed) = load(
         targets.clone(),
         clients,
@@ -188,7 +198,11 @@ async fn submit(
     )
     .await?;
     let rate = acked as f64 / elapsed.as_secs_f64();
-    println!("submissions: {clients} clients over {} nodes, {:.1} s", targets.len(), elapsed.as_secs_f64());
+    println!(
+        "submissions: {clients} clients over {} nodes, {:.1} s",
+        targets.len(),
+        elapsed.as_secs_f64()
+    );
     println!("  acknowledged: {acked} ({rate:.0}/s), errors: {errors}");
     println!(
         "  latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
@@ -197,6 +211,19 @@ async fn submit(
         percentile(&lat, 0.99),
         percentile(&lat, 1.0)
     );
+    if let Some(c) = cluster.as_ref()
+        && let Ok(l) = c.wait_for_leader(Duration::from_secs(10)).await
+        && let Ok(s) = c.status(l).await
+    {
+        let entries = s.log_entries.max(1);
+        println!(
+            "  batching on leader {l}: {} log entries, {} fsyncs for {} workloads ({:.1} submissions per entry)",
+            s.log_entries,
+            s.log_syncs,
+            s.workloads,
+            s.workloads as f64 / entries as f64
+        );
+    }
     if let Some(c) = cluster.as_mut()
         && !no_failover
     {
@@ -206,7 +233,16 @@ async fn submit(
         let kill_at = Instant::now() + Duration::from_secs(2);
         let bg = tokio::spawn({
             let slot = slot.clone();
-            async move { load(t2, clients, Duration::from_secs(6), "failover", Some((kill_at, slot))).await }
+            async move {
+                load(
+                    t2,
+                    clients,
+                    Duration::from_secs(6),
+                    "failover",
+                    Some((kill_at, slot)),
+                )
+                .await
+            }
         });
         tokio::time::sleep_until(kill_at.into()).await;
         c.kill9(leader)?;
@@ -221,7 +257,9 @@ async fn submit(
                 d.as_secs_f64() * 1000.0,
                 new_leader
             ),
-            None => println!("failover: no submission was acknowledged within 4 s of kill -9 of leader {leader}"),
+            None => println!(
+                "failover: no submission was acknowledged within 4 s of kill -9 of leader {leader}"
+            ),
         }
     }
     drop(cluster);

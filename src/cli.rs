@@ -14,7 +14,11 @@ use crate::output;
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7400";
 
 #[derive(Parser, Debug)]
-#[command(name = "tideway", version, about = "Multi-cluster federation control plane for GPU fleets")]
+#[command(
+    name = "tideway",
+    version,
+    about = "Multi-cluster federation control plane for GPU fleets"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -138,9 +142,9 @@ pub struct ServerArgs {
     pub fault_injection: bool,
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 400)]
     pub election_timeout_min_ms: u64,
-    #[arg(long, default_value_t = 1200)]
+    #[arg(long, default_value_t = 800)]
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after this many log entries.
     #[arg(long, default_value_t = 20_000)]
@@ -180,7 +184,11 @@ impl Cli {
                     .submit_raw(body, yaml, idempotency_key.as_deref())
                     .await?;
                 if output == OutputFormat::Table {
-                    let verb = if created { "created" } else { "unchanged (idempotent replay)" };
+                    let verb = if created {
+                        "created"
+                    } else {
+                        "unchanged (idempotent replay)"
+                    };
                     println!("workload/{} {verb}", w.metadata.name);
                 } else {
                     output::print_one(&w, output)?;
@@ -275,7 +283,10 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("  status:   http://{}/v1/cluster/status", node.addr);
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
-    println!("Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}", node.addr);
+    println!(
+        "Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}",
+        node.addr
+    );
     wait_for_signal().await;
     node.shutdown().await;
     Ok(())

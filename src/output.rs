@@ -26,7 +26,10 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
         OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
         OutputFormat::Table => {
-            println!("{:<40} {:<16} {:<11} {:>5} {:<10}", "NAME", "QUEUE", "CLASS", "GPUS", "PHASE");
+            println!(
+                "{:<40} {:<16} {:<11} {:>5} {:<10}",
+                "NAME", "QUEUE", "CLASS", "GPUS", "PHASE"
+            );
             for w in items {
                 println!(
                     "{:<40} {:<16} {:<11} {:>5} {:<10}",
@@ -41,7 +44,15 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
         OutputFormat::Wide => {
             println!(
                 "{:<40} {:<16} {:<11} {:<10} {:>5} {:<10} {:<10} {:<36} {:<25}",
-                "NAME", "QUEUE", "CLASS", "PRIORITY", "GPUS", "PHASE", "CLUSTER", "UID", "SUBMITTED"
+                "NAME",
+                "QUEUE",
+                "CLASS",
+                "PRIORITY",
+                "GPUS",
+                "PHASE",
+                "CLUSTER",
+                "UID",
+                "SUBMITTED"
             );
             for w in items {
                 let st = w.status.as_ref();
@@ -53,7 +64,8 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                     w.spec.priority_class,
                     w.spec.total_gpus(),
                     phase_of(w),
-                    st.and_then(|s| s.cluster.clone()).unwrap_or_else(|| "-".into()),
+                    st.and_then(|s| s.cluster.clone())
+                        .unwrap_or_else(|| "-".into()),
                     w.metadata.uid.clone().unwrap_or_default(),
                     st.and_then(|s| s.submitted_at)
                         .map(|t| t.to_rfc3339())
@@ -85,7 +97,9 @@ pub fn print_cluster(
     }
     println!(
         "leader: {}   term: {}",
-        here.leader.map(|l| l.to_string()).unwrap_or_else(|| "none".into()),
+        here.leader
+            .map(|l| l.to_string())
+            .unwrap_or_else(|| "none".into()),
         here.term
     );
     println!(
@@ -93,7 +107,11 @@ pub fn print_cluster(
         "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST"
     );
     for (id, addr, st) in nodes {
-        let role = if here.voters.contains(id) { "voter" } else { "learner" };
+        let role = if here.voters.contains(id) {
+            "voter"
+        } else {
+            "learner"
+        };
         match st {
             Ok(s) => println!(
                 "{:<4} {:<22} {:<9} {:<10} {:>10} {:>10} {:>10} {:<18}",
@@ -101,7 +119,9 @@ pub fn print_cluster(
                 addr,
                 role,
                 s.state,
-                s.last_log_index.map(|v| v.to_string()).unwrap_or("-".into()),
+                s.last_log_index
+                    .map(|v| v.to_string())
+                    .unwrap_or("-".into()),
                 s.last_applied.map(|v| v.to_string()).unwrap_or("-".into()),
                 s.snapshot.map(|v| v.to_string()).unwrap_or("-".into()),
                 s.state_digest

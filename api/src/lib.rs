@@ -10,6 +10,7 @@
 pub mod client;
 pub mod cluster;
 pub mod decode;
+pub mod digest;
 pub mod http;
 pub mod list;
 pub mod member_cluster;

@@ -53,8 +53,8 @@ impl Forwarder {
             )));
         }
         let addr = self.addr_of(leader).ok_or(ProposeError::NoLeader)?;
-        let body = rmp_serde::to_vec_named(req)
-            .map_err(|e| ProposeError::Unavailable(e.to_string()))?;
+        let body =
+            rmp_serde::to_vec_named(req).map_err(|e| ProposeError::Unavailable(e.to_string()))?;
         let resp = self
             .http
             .post(format!("http://{addr}{path}"))

@@ -64,13 +64,15 @@ impl NodeConfig {
             join: None,
             fault_injection: false,
             heartbeat_ms: 100,
-            election_timeout_ms: (600, 1200),
+            election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
         }
     }
 
     pub fn advertise_addr(&self) -> String {
-        self.advertise.clone().unwrap_or_else(|| self.listen.clone())
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.clone())
     }
 }
 
@@ -129,12 +131,13 @@ impl Node {
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
         };
-        let listener = TcpListener::bind(&cfg.listen)
-            .await
-            .map_err(|source| NodeError::Listen {
-                addr: cfg.listen.clone(),
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(&cfg.listen)
+                .await
+                .map_err(|source| NodeError::Listen {
+                    addr: cfg.listen.clone(),
+                    source,
+                })?;
         let addr = listener
             .local_addr()
             .map(|a| a.to_string())
@@ -206,7 +209,13 @@ async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError
                 tracing::info!(id, via, "joined the cluster");
                 return Ok(());
             }
-            Ok(r) => last = format!("HTTP {}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Ok(r) => {
+                last = format!(
+                    "HTTP {}: {}",
+                    r.status(),
+                    r.text().await.unwrap_or_default()
+                )
+            }
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -17,8 +17,9 @@ use crate::state::command::{Command, CommandResult, Request};
 
 /// The most commands in one entry; bounds entry size (a workload is about 1 KB encoded).
 pub const MAX_BATCH: usize = 512;
-/// Entries in flight at once, so batching never serializes the pipeline.
-const MAX_IN_FLIGHT: usize = 8;
+/// Batches in flight at once per node: two keep the pipeline busy (one commits while the
+/// next fills) without splitting concurrent proposals into batches of one.
+const MAX_IN_FLIGHT: usize = 2;
 
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum ProposeError {
@@ -134,7 +135,10 @@ async fn commit(
     }
 }
 
-pub async fn commit_local(raft: &Raft, cmds: Vec<Command>) -> Result<Vec<CommandResult>, ProposeError> {
+pub async fn commit_local(
+    raft: &Raft,
+    cmds: Vec<Command>,
+) -> Result<Vec<CommandResult>, ProposeError> {
     let n = cmds.len();
     match raft.client_write(Request { commands: cmds }).await {
         Ok(resp) => {

@@ -1,7 +1,6 @@
 //! Shared helpers of the end-to-end tests.
 
 use std::collections::BTreeSet;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -9,19 +8,19 @@ use tideway::procs::ProcCluster;
 use tideway_api::Workload;
 use tideway_api::client::{Client, ListQuery};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A cluster of real processes and the directory it lives in; dropped together.
 pub struct TestCluster {
     pub c: ProcCluster,
     _dir: TempDir,
-    _guard: MutexGuard<'static, ()>,
+    _guard: tokio::sync::MutexGuard<'static, ()>,
 }
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
 
 pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
-    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let c = ProcCluster::start(BIN, dir.path(), n, extra)
         .await
@@ -41,10 +40,29 @@ pub fn workload_json(name: &str) -> String {
 
 /// Submits with retries across `addrs` (same name and key each time) until acknowledged or
 /// the deadline passes. Returns whether it was acknowledged.
-pub async fn submit_until_acked(addrs: &[String], start_at: usize, name: &str, deadline: Instant) -> bool {
+pub async fn submit_until_acked(
+    addrs: &[String],
+    start_at: usize,
+    name: &str,
+    deadline: Instant,
+) -> bool {
+    let clients: Vec<Client> = addrs
+        .iter()
+        .map(|a| Client::new(a).expect("client"))
+        .collect();
+    submit_with(&clients, start_at, name, deadline).await
+}
+
+/// As [`submit_until_acked`], over clients that keep their connections.
+pub async fn submit_with(
+    clients: &[Client],
+    start_at: usize,
+    name: &str,
+    deadline: Instant,
+) -> bool {
     let mut at = start_at;
     while Instant::now() < deadline {
-        let client = Client::new(&addrs[at % addrs.len()]).expect("client");
+        let client = &clients[at % clients.len()];
         match client
             .submit_raw(workload_json(name).into_bytes(), false, Some(name))
             .await
@@ -84,11 +102,18 @@ pub async fn assert_holds_exactly_once(addr: &str, acked: &BTreeSet<String>) -> 
     let items = all_workloads(addr).await;
     let names: Vec<&str> = items.iter().map(|w| w.metadata.name.as_str()).collect();
     let distinct: BTreeSet<&str> = names.iter().copied().collect();
-    assert_eq!(names.len(), distinct.len(), "{addr}: a workload is listed twice");
+    assert_eq!(
+        names.len(),
+        distinct.len(),
+        "{addr}: a workload is listed twice"
+    );
     let uids: BTreeSet<_> = items.iter().map(|w| w.metadata.uid.clone()).collect();
     assert_eq!(uids.len(), items.len(), "{addr}: two workloads share a UID");
     for n in acked {
-        assert!(distinct.contains(n.as_str()), "{addr}: acknowledged workload {n} is missing");
+        assert!(
+            distinct.contains(n.as_str()),
+            "{addr}: acknowledged workload {n} is missing"
+        );
     }
     items.len()
 }

@@ -16,7 +16,10 @@ async fn full_restart_clean_and_kill9_keeps_state() {
         assert!(submit_until_acked(&addrs, i, &name, deadline).await);
         acked.insert(name);
     }
-    let before = tc.c.wait_converged(Duration::from_secs(30)).await.expect("converge");
+    let before =
+        tc.c.wait_converged(Duration::from_secs(30))
+            .await
+            .expect("converge");
     let digest = before[0].state_digest.clone();
 
     for (how, kill) in [("clean stop", false), ("kill -9", true)] {
@@ -30,11 +33,20 @@ async fn full_restart_clean_and_kill9_keeps_state() {
         for id in 1..=3 {
             tc.c.restart(id).await.expect("restart");
         }
-        tc.c.wait_for_leader(Duration::from_secs(30)).await.expect("leader after restart");
-        let after = tc.c.wait_converged(Duration::from_secs(30)).await.expect("converge");
+        tc.c.wait_for_leader(Duration::from_secs(30))
+            .await
+            .expect("leader after restart");
+        let after =
+            tc.c.wait_converged(Duration::from_secs(30))
+                .await
+                .expect("converge");
         // A new leader commits a blank entry, so the index moves on, but the state does not.
         for s in &after {
-            assert_eq!(s.state_digest, digest, "after {how}: node {} state differs", s.id);
+            assert_eq!(
+                s.state_digest, digest,
+                "after {how}: node {} state differs",
+                s.id
+            );
             assert_eq!(s.workloads, acked.len(), "after {how}: node {}", s.id);
         }
         for a in &addrs {
@@ -42,5 +54,13 @@ async fn full_restart_clean_and_kill9_keeps_state() {
         }
     }
     // And the cluster still takes writes.
-    assert!(submit_until_acked(&addrs, 0, "after-restarts", Instant::now() + Duration::from_secs(30)).await);
+    assert!(
+        submit_until_acked(
+            &addrs,
+            0,
+            "after-restarts",
+            Instant::now() + Duration::from_secs(30)
+        )
+        .await
+    );
 }

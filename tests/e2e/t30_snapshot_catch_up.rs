@@ -17,11 +17,21 @@ async fn fresh_node_catches_up_through_snapshot() {
         assert!(submit_until_acked(&addrs, i, &name, deadline).await);
         acked.insert(name);
     }
-    tc.c.wait_converged(Duration::from_secs(30)).await.expect("converge");
+    tc.c.wait_converged(Duration::from_secs(30))
+        .await
+        .expect("converge");
     // Snapshot and purge on every node, so no node can replay the log from the start.
     for id in 1..=3 {
-        let v = tc.c.client(id).unwrap().cluster_snapshot().await.expect("snapshot");
-        assert!(v["purged"].as_u64().unwrap_or(0) > 0, "node {id} purged nothing: {v}");
+        let v =
+            tc.c.client(id)
+                .unwrap()
+                .cluster_snapshot()
+                .await
+                .expect("snapshot");
+        assert!(
+            v["purged"].as_u64().unwrap_or(0) > 0,
+            "node {id} purged nothing: {v}"
+        );
     }
     let leader = tc.c.wait_for_leader(Duration::from_secs(10)).await.unwrap();
     let ls = tc.c.status(leader).await.unwrap();
@@ -29,8 +39,13 @@ async fn fresh_node_catches_up_through_snapshot() {
 
     let via = tc.c.nodes[&leader].addr.clone();
     tc.c.add_node(4, Some(&via)).await.expect("start node 4");
-    tc.c.wait_for_voters(4, Duration::from_secs(60)).await.expect("node 4 is a voter");
-    let all = tc.c.wait_converged(Duration::from_secs(60)).await.expect("converge");
+    tc.c.wait_for_voters(4, Duration::from_secs(60))
+        .await
+        .expect("node 4 is a voter");
+    let all =
+        tc.c.wait_converged(Duration::from_secs(60))
+            .await
+            .expect("converge");
     assert_eq!(all.len(), 4);
     let n4 = all.iter().find(|s| s.id == 4).expect("node 4 status");
     assert!(

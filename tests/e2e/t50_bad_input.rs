@@ -6,7 +6,9 @@ use serde_json::Value;
 use crate::common::*;
 
 async fn post(addr: &str, body: Vec<u8>, content_type: &str) -> (u16, String, Value) {
-    let resp = tideway_api::http::client_builder().build().expect("http client")
+    let resp = tideway_api::http::client_builder()
+        .build()
+        .expect("http client")
         .post(format!("http://{addr}/v1/workloads"))
         .header("content-type", content_type)
         .body(body)
@@ -27,14 +29,21 @@ async fn post(addr: &str, body: Vec<u8>, content_type: &str) -> (u16, String, Va
 fn fields(v: &Value) -> Vec<String> {
     v["errors"]
         .as_array()
-        .map(|a| a.iter().filter_map(|e| e["field"].as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["field"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
     let tc = cluster(3, &[]).await;
-    let leader = tc.c.wait_for_leader(std::time::Duration::from_secs(10)).await.unwrap();
+    let leader =
+        tc.c.wait_for_leader(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
     // Send to a follower too: validation happens before anything is forwarded.
     let follower = tc.c.nodes.keys().copied().find(|id| *id != leader).unwrap();
     let good = workload_json("ok-1");
@@ -42,19 +51,22 @@ async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
         ("malformed JSON", b"{\"apiVersion\": ".to_vec(), 400, None),
         (
             "unknown field",
-            good.replace("\"queue\":\"default\"", "\"queue\":\"default\",\"gpus\":4").into_bytes(),
+            good.replace("\"queue\":\"default\"", "\"queue\":\"default\",\"gpus\":4")
+                .into_bytes(),
             400,
             Some("spec.gpus"),
         ),
         (
             "wrong type",
-            good.replace("\"count\":2", "\"count\":\"two\"").into_bytes(),
+            good.replace("\"count\":2", "\"count\":\"two\"")
+                .into_bytes(),
             400,
             Some("spec.podSets[0].count"),
         ),
         (
             "zero GPUs",
-            good.replace("\"gpusPerPod\":8", "\"gpusPerPod\":0").into_bytes(),
+            good.replace("\"gpusPerPod\":8", "\"gpusPerPod\":0")
+                .into_bytes(),
             400,
             Some("spec.podSets[0].gpusPerPod"),
         ),
@@ -66,7 +78,8 @@ async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
         ),
         (
             "unknown queue",
-            good.replace("\"queue\":\"default\"", "\"queue\":\"nope\"").into_bytes(),
+            good.replace("\"queue\":\"default\"", "\"queue\":\"nope\"")
+                .into_bytes(),
             400,
             Some("spec.queue"),
         ),
@@ -87,17 +100,29 @@ async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
         for (what, body, want, field) in &cases {
             let (status, ct, v) = post(&addr, body.clone(), "application/json").await;
             assert_eq!(status, *want, "{what} on node {id}: {v}");
-            assert!(ct.starts_with("application/problem+json"), "{what}: content-type {ct}");
+            assert!(
+                ct.starts_with("application/problem+json"),
+                "{what}: content-type {ct}"
+            );
             assert_eq!(v["status"].as_u64(), Some(*want as u64), "{what}: {v}");
-            assert!(v["title"].is_string() && v["type"].is_string(), "{what}: {v}");
+            assert!(
+                v["title"].is_string() && v["type"].is_string(),
+                "{what}: {v}"
+            );
             if let Some(f) = field {
-                assert!(fields(&v).iter().any(|x| x == f), "{what}: field {f} not named in {v}");
+                assert!(
+                    fields(&v).iter().any(|x| x == f),
+                    "{what}: field {f} not named in {v}"
+                );
             }
         }
         // Still serving, and nothing was written.
         let after = tc.c.status(id).await.unwrap();
         assert_eq!(after.workloads, 0);
-        assert_eq!(after.last_log_index, before.last_log_index, "a bad request reached the log");
+        assert_eq!(
+            after.last_log_index, before.last_log_index,
+            "a bad request reached the log"
+        );
     }
     // A good one still goes through.
     let client = tc.c.client(follower).unwrap();
@@ -115,6 +140,11 @@ async fn bad_input_is_refused_with_named_fields_and_nothing_is_written() {
     assert!(!created);
     assert_eq!(again.metadata.uid, w.metadata.uid);
     // The same name with another key: a conflict.
-    let (status, _, v) = post(&tc.c.nodes[&leader].addr, workload_json("ok-1").into_bytes(), "application/json").await;
+    let (status, _, v) = post(
+        &tc.c.nodes[&leader].addr,
+        workload_json("ok-1").into_bytes(),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 409, "{v}");
 }

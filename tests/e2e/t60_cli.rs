@@ -21,12 +21,21 @@ fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
 async fn cli_submit_get_list_and_cluster_status() {
     let tc = cluster(3, &[]).await;
     let addr = tc.c.addrs()[1].clone();
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/api/testdata/workload-llama-ft.yaml");
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/api/testdata/workload-llama-ft.yaml"
+    );
 
-    let (ok, out, err) = tideway(&addr, &["submit", "-f", example, "--idempotency-key", "cli-1"]);
+    let (ok, out, err) = tideway(
+        &addr,
+        &["submit", "-f", example, "--idempotency-key", "cli-1"],
+    );
     assert!(ok, "submit failed: {err}");
     assert!(out.contains("workload/llama-ft-1 created"), "{out}");
-    let (ok, out, _) = tideway(&addr, &["submit", "-f", example, "--idempotency-key", "cli-1"]);
+    let (ok, out, _) = tideway(
+        &addr,
+        &["submit", "-f", example, "--idempotency-key", "cli-1"],
+    );
     assert!(ok && out.contains("unchanged"), "{out}");
 
     let (ok, out, err) = tideway(&addr, &["get", "llama-ft-1", "-o", "json"]);
@@ -36,7 +45,10 @@ async fn cli_submit_get_list_and_cluster_status() {
     assert_eq!(w["status"]["phase"], "Pending");
 
     let (ok, out, _) = tideway(&addr, &["list"]);
-    assert!(ok && out.lines().any(|l| l.starts_with("llama-ft-1")), "{out}");
+    assert!(
+        ok && out.lines().any(|l| l.starts_with("llama-ft-1")),
+        "{out}"
+    );
     let (ok, out, _) = tideway(&addr, &["list", "-o", "wide"]);
     assert!(ok && out.contains("UID"), "{out}");
     let (ok, out, _) = tideway(&addr, &["list", "-o", "yaml"]);
@@ -51,10 +63,16 @@ async fn cli_submit_get_list_and_cluster_status() {
         assert!(n["status"]["lastApplied"].as_u64().unwrap_or(0) > 0, "{n}");
     }
     let (ok, out, _) = tideway(&addr, &["cluster", "status"]);
-    assert!(ok && out.contains("leader:") && out.contains("APPLIED"), "{out}");
+    assert!(
+        ok && out.contains("leader:") && out.contains("APPLIED"),
+        "{out}"
+    );
 
     // Remove a follower; the membership shrinks to two voters.
-    let leader = tc.c.wait_for_leader(std::time::Duration::from_secs(10)).await.unwrap();
+    let leader =
+        tc.c.wait_for_leader(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
     let victim = tc.c.nodes.keys().copied().find(|id| *id != leader).unwrap();
     let (ok, _, err) = tideway(&addr, &["cluster", "remove", "--id", &victim.to_string()]);
     assert!(ok, "{err}");
@@ -63,7 +81,13 @@ async fn cli_submit_get_list_and_cluster_status() {
 
     // A bad file: a clear error naming the field, non-zero exit.
     let bad = tc.c.dir().join("bad.yaml");
-    std::fs::write(&bad, std::fs::read_to_string(example).unwrap().replace("gpusPerPod: 8", "gpusPerPod: 0")).unwrap();
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(example)
+            .unwrap()
+            .replace("gpusPerPod: 8", "gpusPerPod: 0"),
+    )
+    .unwrap();
     let (ok, _, err) = tideway(&addr, &["submit", "-f", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("spec.podSets[0].gpusPerPod"), "{err}");
 }

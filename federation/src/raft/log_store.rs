@@ -211,11 +211,14 @@ where
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         // The committed index only speeds up recovery and never runs ahead of the durable
         // entries it names, so it rides on the next durable append instead of costing an fsync.
-        self.put_meta(Durability::None, KEY_COMMITTED, &committed).await
+        self.put_meta(Durability::None, KEY_COMMITTED, &committed)
+            .await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
-        Ok(self.get_meta::<Option<LogIdOf<C>>>(KEY_COMMITTED)?.flatten())
+        Ok(self
+            .get_meta::<Option<LogIdOf<C>>>(KEY_COMMITTED)?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
@@ -263,7 +266,8 @@ where
         let bytes = encode(&Some(log_id))?;
         self.write(move |txn| {
             let mut m = txn.open_table(META).map_err(io_err)?;
-            m.insert(KEY_LAST_PURGED, bytes.as_slice()).map_err(io_err)?;
+            m.insert(KEY_LAST_PURGED, bytes.as_slice())
+                .map_err(io_err)?;
             let mut t = txn.open_table(LOGS).map_err(io_err)?;
             t.retain_in(..=upto, |_, _| false).map_err(io_err)?;
             Ok(())
@@ -300,7 +304,9 @@ mod tests {
     /// machine with the federation's own type config.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn passes_openraft_storage_suite() {
-        Suite::test_all(Builder).await.expect("openraft storage suite");
+        Suite::test_all(Builder)
+            .await
+            .expect("openraft storage suite");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,15 +321,24 @@ mod tests {
             let entries: Vec<_> = (1..=5)
                 .map(|i| openraft::testing::blank_ent::<TypeConfig>(3, 1, i))
                 .collect();
-            log.append(entries, IOFlushed::noop()).await.expect("append");
-            assert_eq!(log.stats().syncs.load(Ordering::Relaxed), 2, "vote + one batch append");
+            log.append(entries, IOFlushed::noop())
+                .await
+                .expect("append");
+            assert_eq!(
+                log.stats().syncs.load(Ordering::Relaxed),
+                2,
+                "vote + one batch append"
+            );
             // Dropped without any shutdown: what was acknowledged must be on disk.
         }
         let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("reopen");
         let st = log.get_log_state().await.expect("state");
         assert_eq!(st.last_log_id.map(|l| l.index()), Some(5));
         let got = log.try_get_log_entries(2..4).await.expect("read");
-        assert_eq!(got.iter().map(|e| e.log_id().index()).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            got.iter().map(|e| e.log_id().index()).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
         let vote = log.read_vote().await.expect("vote").expect("some vote");
         assert_eq!(vote, Vote::new(3, 1));
     }

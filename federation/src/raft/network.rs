@@ -45,7 +45,10 @@ impl PeerFilter {
     }
 
     pub fn is_blocked(&self, id: NodeId) -> bool {
-        self.blocked.read().map(|b| b.contains(&id)).unwrap_or(false)
+        self.blocked
+            .read()
+            .map(|b| b.contains(&id))
+            .unwrap_or(false)
     }
 
     pub fn is_addr_blocked(&self, addr: &str) -> bool {

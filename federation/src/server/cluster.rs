@@ -41,8 +41,14 @@ pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiE
         members: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
         state_digest: digest,
         workloads,
-        log_syncs: st.log_stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
-        log_entries: st.log_stats.entries.load(std::sync::atomic::Ordering::Relaxed),
+        log_syncs: st
+            .log_stats
+            .syncs
+            .load(std::sync::atomic::Ordering::Relaxed),
+        log_entries: st
+            .log_stats
+            .entries
+            .load(std::sync::atomic::Ordering::Relaxed),
     }))
 }
 
@@ -102,7 +108,9 @@ async fn to_leader<Req: Serialize>(
     if ok {
         Ok(Some(v))
     } else {
-        Err(ApiError::Unavailable(format!("leader {leader} refused: {v}")))
+        Err(ApiError::Unavailable(format!(
+            "leader {leader} refused: {v}"
+        )))
     }
 }
 
@@ -126,7 +134,13 @@ pub async fn join(
         .any(|v| v == req.id);
     if !is_voter {
         st.raft
-            .add_learner(req.id, BasicNode { addr: req.addr.clone() }, true)
+            .add_learner(
+                req.id,
+                BasicNode {
+                    addr: req.addr.clone(),
+                },
+                true,
+            )
             .await
             .map_err(|e| ApiError::Unavailable(format!("adding learner {}: {e}", req.id)))?;
         st.raft
@@ -134,7 +148,9 @@ pub async fn join(
             .await
             .map_err(|e| ApiError::Unavailable(format!("promoting {} to voter: {e}", req.id)))?;
     }
-    Ok(Json(serde_json::json!({"joined": req.id, "addr": req.addr})))
+    Ok(Json(
+        serde_json::json!({"joined": req.id, "addr": req.addr}),
+    ))
 }
 
 pub async fn remove(
@@ -148,7 +164,10 @@ pub async fn remove(
     let m = crate::raft::metrics(&st.raft);
     let mem = m.membership_config.membership();
     if !mem.nodes().any(|(id, _)| *id == req.id) {
-        return Err(ApiError::NotFound(format!("node {} is not a member", req.id)));
+        return Err(ApiError::NotFound(format!(
+            "node {} is not a member",
+            req.id
+        )));
     }
     if mem.voter_ids().any(|v| v == req.id) {
         st.raft
@@ -225,7 +244,10 @@ pub async fn partition(
     }
     let req: PartitionRequest = json_body(body)?;
     let ids: BTreeSet<NodeId> = req.blocked.iter().copied().collect();
-    let addrs = ids.iter().filter_map(|id| st.forwarder.addr_of(*id)).collect();
+    let addrs = ids
+        .iter()
+        .filter_map(|id| st.forwarder.addr_of(*id))
+        .collect();
     st.filter.set(ids.clone(), addrs);
     Ok(Json(serde_json::json!({"blocked": ids})))
 }

@@ -55,7 +55,11 @@ impl ApiError {
     pub fn to_problem(&self) -> Problem {
         let status = self.status();
         let (slug, title, errors) = match self {
-            ApiError::BadBody(_) => ("bad-body", "The request body is not a valid document", vec![]),
+            ApiError::BadBody(_) => (
+                "bad-body",
+                "The request body is not a valid document",
+                vec![],
+            ),
             ApiError::Invalid(errs) => ("invalid", "The request is invalid", errs.clone()),
             ApiError::TooLarge { .. } => ("too-large", "The request body is too large", vec![]),
             ApiError::NotFound(_) => ("not-found", "Not found", vec![]),
@@ -63,7 +67,11 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => {
                 ("unsupported-media-type", "Unsupported media type", vec![])
             }
-            ApiError::Unavailable(_) => ("unavailable", "The federation cannot serve this now", vec![]),
+            ApiError::Unavailable(_) => (
+                "unavailable",
+                "The federation cannot serve this now",
+                vec![],
+            ),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden", vec![]),
             ApiError::Internal(_) => ("internal", "Internal error", vec![]),
         };

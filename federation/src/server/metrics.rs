@@ -51,11 +51,23 @@ impl Default for Metrics {
         let is_leader = Gauge::default();
         registry.register("raft_is_leader", "1 if this node leads", is_leader.clone());
         let last_applied = Gauge::default();
-        registry.register("raft_last_applied_index", "Last applied log index", last_applied.clone());
+        registry.register(
+            "raft_last_applied_index",
+            "Last applied log index",
+            last_applied.clone(),
+        );
         let log_syncs = Counter::default();
-        registry.register("raft_log_syncs", "Durable log write transactions (fsyncs)", log_syncs.clone());
+        registry.register(
+            "raft_log_syncs",
+            "Durable log write transactions (fsyncs)",
+            log_syncs.clone(),
+        );
         let log_entries = Counter::default();
-        registry.register("raft_log_entries", "Log entries appended", log_entries.clone());
+        registry.register(
+            "raft_log_entries",
+            "Log entries appended",
+            log_entries.clone(),
+        );
         Self {
             registry,
             submissions,
@@ -92,8 +104,14 @@ pub async fn render(State(st): State<AppState>) -> Response {
     st.metrics
         .last_applied
         .set(m.last_applied.map(|l| l.index() as i64).unwrap_or(0));
-    let syncs = st.log_stats.syncs.load(std::sync::atomic::Ordering::Relaxed);
-    let entries = st.log_stats.entries.load(std::sync::atomic::Ordering::Relaxed);
+    let syncs = st
+        .log_stats
+        .syncs
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let entries = st
+        .log_stats
+        .entries
+        .load(std::sync::atomic::Ordering::Relaxed);
     // Counters only go up; catch them up to the store's own counts.
     let s = st.metrics.log_syncs.get();
     st.metrics.log_syncs.inc_by(syncs.saturating_sub(s));
@@ -101,7 +119,11 @@ pub async fn render(State(st): State<AppState>) -> Response {
     st.metrics.log_entries.inc_by(entries.saturating_sub(e));
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &st.metrics.registry).is_err() {
-        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "encode failed").into_response();
+        return (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "encode failed",
+        )
+            .into_response();
     }
     (
         [(

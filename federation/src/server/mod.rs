@@ -73,7 +73,9 @@ impl AppState {
                     .wait(Some(Duration::from_secs(5)))
                     .applied_index_at_least(Some(idx), "linearizable read")
                     .await
-                    .map_err(|e| ApiError::Unavailable(format!("catching up to the leader: {e}")))?;
+                    .map_err(|e| {
+                        ApiError::Unavailable(format!("catching up to the leader: {e}"))
+                    })?;
                 Ok(())
             }
             None => Err(ApiError::Unavailable(

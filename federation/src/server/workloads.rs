@@ -34,9 +34,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
     match headers.get(IDEMPOTENCY_HEADER) {
         None => Ok(format!("gen-{}", uuid::Uuid::new_v4())),
         Some(v) => {
-            let s = v
-                .to_str()
-                .map_err(|_| ApiError::field("header:Idempotency-Key", "must be printable ASCII"))?;
+            let s = v.to_str().map_err(|_| {
+                ApiError::field("header:Idempotency-Key", "must be printable ASCII")
+            })?;
             if s.is_empty() || s.len() > MAX_KEY_LEN {
                 return Err(ApiError::field(
                     "header:Idempotency-Key",
@@ -78,7 +78,8 @@ pub async fn submit(
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
-    w.validate().map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    w.validate()
+        .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
         if let Some(existing) = d.state.by_idempotency_key(&key) {
@@ -269,8 +270,10 @@ pub async fn list_queues(
     let Query(params) = params.map_err(query_error)?;
     st.read_barrier(params.stale).await?;
     let qs = st.read(|d| d.state.queues.values().cloned().collect::<Vec<_>>())?;
-    Ok(Json(serde_json::json!({"apiVersion": API_VERSION, "kind": "QueueList", "items": qs}))
-        .into_response())
+    Ok(
+        Json(serde_json::json!({"apiVersion": API_VERSION, "kind": "QueueList", "items": qs}))
+            .into_response(),
+    )
 }
 
 pub async fn list_priority_classes(
@@ -279,7 +282,13 @@ pub async fn list_priority_classes(
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(query_error)?;
     st.read_barrier(params.stale).await?;
-    let pcs = st.read(|d| d.state.priority_classes.values().cloned().collect::<Vec<_>>())?;
+    let pcs = st.read(|d| {
+        d.state
+            .priority_classes
+            .values()
+            .cloned()
+            .collect::<Vec<_>>()
+    })?;
     Ok(Json(
         serde_json::json!({"apiVersion": API_VERSION, "kind": "PriorityClassList", "items": pcs}),
     )

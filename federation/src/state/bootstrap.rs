@@ -18,10 +18,30 @@ pub fn default_queue() -> Queue {
 
 pub fn default_priority_classes() -> Vec<PriorityClass> {
     [
-        ("low", 100, Preemptibility::Allowed, "Best effort; first to be preempted"),
-        ("normal", 1_000, Preemptibility::Allowed, "The default for batch work"),
-        ("high", 10_000, Preemptibility::Cautious, "Deadline work; preempted only as a last resort"),
-        ("critical", 100_000, Preemptibility::Forbidden, "Production serving; never preempted"),
+        (
+            "low",
+            100,
+            Preemptibility::Allowed,
+            "Best effort; first to be preempted",
+        ),
+        (
+            "normal",
+            1_000,
+            Preemptibility::Allowed,
+            "The default for batch work",
+        ),
+        (
+            "high",
+            10_000,
+            Preemptibility::Cautious,
+            "Deadline work; preempted only as a last resort",
+        ),
+        (
+            "critical",
+            100_000,
+            Preemptibility::Forbidden,
+            "Production serving; never preempted",
+        ),
     ]
     .into_iter()
     .map(|(name, value, pre, desc)| {

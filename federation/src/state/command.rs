@@ -30,7 +30,10 @@ pub enum Command {
         at: DateTime<Utc>,
     },
     /// Create or replace a queue.
-    PutQueue { queue: Box<Queue>, at: DateTime<Utc> },
+    PutQueue {
+        queue: Box<Queue>,
+        at: DateTime<Utc>,
+    },
     /// Create or replace a priority class.
     PutPriorityClass {
         priority_class: Box<PriorityClass>,

@@ -1,0 +1,212 @@
+//! The capacity digest: what a member cluster tells the federation about its GPUs, compact
+//! enough to send every few seconds from a 5,000-node cluster.
+//!
+//! Instead of a node list, each (pool, flavor) and each topology domain inside it carries a
+//! histogram of free GPUs per node: `free_histogram[k]` is the number of schedulable nodes
+//! with exactly `k` free GPUs. That is enough to answer "does a gang of P pods of G GPUs fit
+//! in one node / rack / zone?" exactly, for gangs whose pods each land on one node, which is
+//! the only shape GPU gangs take.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::member_cluster::PoolKind;
+use crate::workload::TopologyLevel;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CapacityDigest {
+    pub cluster: String,
+    pub generated_at: DateTime<Utc>,
+    /// One entry per (pool, flavor).
+    pub pools: Vec<PoolDigest>,
+}
+
+/// GPU counts of one set of nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GpuCounts {
+    pub total: u32,
+    pub allocated: u32,
+    /// On nodes that are unhealthy (e.g. ECC errors): not schedulable.
+    pub unhealthy: u32,
+    /// On nodes that are cordoned or draining: not schedulable.
+    pub cordoned: u32,
+    /// `free_histogram[k]` = schedulable nodes with exactly `k` free GPUs.
+    pub free_histogram: Vec<u32>,
+}
+
+impl GpuCounts {
+    /// Free GPUs on schedulable nodes.
+    pub fn free(&self) -> u64 {
+        self.free_histogram
+            .iter()
+            .enumerate()
+            .map(|(k, n)| k as u64 * u64::from(*n))
+            .sum()
+    }
+
+    /// How many pods of `gpus_per_pod` fit, one pod never spanning nodes.
+    pub fn pods_that_fit(&self, gpus_per_pod: u32) -> u64 {
+        if gpus_per_pod == 0 {
+            return u64::MAX;
+        }
+        self.free_histogram
+            .iter()
+            .enumerate()
+            .map(|(k, n)| (k as u64 / u64::from(gpus_per_pod)) * u64::from(*n))
+            .sum()
+    }
+
+    /// The most free GPUs on any one node.
+    pub fn largest_node_free(&self) -> u32 {
+        self.free_histogram
+            .iter()
+            .rposition(|n| *n > 0)
+            .unwrap_or(0) as u32
+    }
+
+    pub fn add(&mut self, other: &GpuCounts) {
+        self.total += other.total;
+        self.allocated += other.allocated;
+        self.unhealthy += other.unhealthy;
+        self.cordoned += other.cordoned;
+        if self.free_histogram.len() < other.free_histogram.len() {
+            self.free_histogram.resize(other.free_histogram.len(), 0);
+        }
+        for (k, n) in other.free_histogram.iter().enumerate() {
+            self.free_histogram[k] += n;
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolDigest {
+    pub pool: String,
+    pub kind: PoolKind,
+    /// GPU model, the quota flavor.
+    pub flavor: String,
+    pub counts: GpuCounts,
+    /// Zones and racks of this pool, each with its own counts.
+    pub domains: Vec<DomainDigest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DomainDigest {
+    pub level: TopologyLevel,
+    pub name: String,
+    pub counts: GpuCounts,
+}
+
+impl PoolDigest {
+    /// Pods of `gpus_per_pod` that fit in the best single domain of `level`.
+    pub fn largest_fit(&self, level: TopologyLevel, gpus_per_pod: u32) -> u64 {
+        match level {
+            TopologyLevel::Node => {
+                if gpus_per_pod == 0 {
+                    return u64::MAX;
+                }
+                u64::from(self.counts.largest_node_free() / gpus_per_pod)
+            }
+            _ => self
+                .domains
+                .iter()
+                .filter(|d| d.level == level)
+                .map(|d| d.counts.pods_that_fit(gpus_per_pod))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// Whether a gang of `pods` pods of `gpus_per_pod` fits in one domain of `level`, or
+    /// anywhere in the pool when `level` is None.
+    pub fn fits(&self, pods: u64, gpus_per_pod: u32, level: Option<TopologyLevel>) -> bool {
+        match level {
+            None => self.counts.pods_that_fit(gpus_per_pod) >= pods,
+            Some(l) => self.largest_fit(l, gpus_per_pod) >= pods,
+        }
+    }
+
+    /// The share of free GPUs that cannot host a pod of `gpus_per_pod` (stranded capacity).
+    /// 0.0 when nothing is free.
+    pub fn fragmentation(&self, gpus_per_pod: u32) -> f64 {
+        let free = self.counts.free();
+        if free == 0 {
+            return 0.0;
+        }
+        let usable = self.counts.pods_that_fit(gpus_per_pod) * u64::from(gpus_per_pod);
+        1.0 - (usable as f64 / free as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(hist: &[u32]) -> GpuCounts {
+        GpuCounts {
+            total: 8 * hist.iter().sum::<u32>(),
+            allocated: 0,
+            unhealthy: 0,
+            cordoned: 0,
+            free_histogram: hist.to_vec(),
+        }
+    }
+
+    fn pool() -> PoolDigest {
+        // rack a: two nodes with 8 free, one with 3; rack b: four nodes with 4 free.
+        let a = counts(&[0, 0, 0, 1, 0, 0, 0, 0, 2]);
+        let b = counts(&[0, 0, 0, 0, 4, 0, 0, 0, 0]);
+        let mut all = a.clone();
+        all.add(&b);
+        PoolDigest {
+            pool: "train".into(),
+            kind: PoolKind::Training,
+            flavor: "H100".into(),
+            counts: all.clone(),
+            domains: vec![
+                DomainDigest {
+                    level: TopologyLevel::Rack,
+                    name: "a".into(),
+                    counts: a,
+                },
+                DomainDigest {
+                    level: TopologyLevel::Rack,
+                    name: "b".into(),
+                    counts: b,
+                },
+                DomainDigest {
+                    level: TopologyLevel::Zone,
+                    name: "z".into(),
+                    counts: all,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn fits_by_level() {
+        let p = pool();
+        assert_eq!(p.counts.free(), 35);
+        // 8-GPU pods: two in rack a, none in rack b.
+        assert_eq!(p.largest_fit(TopologyLevel::Rack, 8), 2);
+        assert!(p.fits(2, 8, Some(TopologyLevel::Rack)));
+        assert!(!p.fits(3, 8, Some(TopologyLevel::Zone)));
+        // 4-GPU pods: rack a holds 4 (2 per 8-GPU node), rack b holds 4, the zone 8.
+        assert_eq!(p.largest_fit(TopologyLevel::Rack, 4), 4);
+        assert_eq!(p.largest_fit(TopologyLevel::Zone, 4), 8);
+        assert!(p.fits(2, 4, Some(TopologyLevel::Node)));
+        assert!(!p.fits(3, 4, Some(TopologyLevel::Node)));
+    }
+
+    #[test]
+    fn fragmentation_counts_stranded_gpus() {
+        let p = pool();
+        // For 8-GPU pods only 16 of 35 free GPUs are usable.
+        let f = p.fragmentation(8);
+        assert!((f - (1.0 - 16.0 / 35.0)).abs() < 1e-9, "{f}");
+        assert_eq!(p.fragmentation(1), 0.0);
+    }
+}
