@@ -5,8 +5,11 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 
+use crate::agent::{AssignmentPage, Heartbeat, RegisterRequest, StatusReport};
+use crate::capacity::CapacityView;
 use crate::cluster::NodeStatus;
 use crate::list::WorkloadList;
+use crate::member_cluster::MemberCluster;
 use crate::problem::Problem;
 use crate::workload::Workload;
 
@@ -27,6 +30,13 @@ pub enum ClientError {
         status: u16,
         body: String,
     },
+}
+
+impl ClientError {
+    /// The server answered 404 (e.g. a member that must register again).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ClientError::Problem(p) if p.status == 404)
+    }
 }
 
 fn render_problem(p: &Problem) -> String {
@@ -207,6 +217,93 @@ impl Client {
     pub async fn cluster_snapshot(&self) -> Result<serde_json::Value, ClientError> {
         self.post_json("/v1/cluster/snapshot", &serde_json::json!({}), 120)
             .await
+    }
+
+    /// Agent protocol: register (or re-register) a member cluster.
+    pub async fn register_member(
+        &self,
+        req: &RegisterRequest,
+    ) -> Result<MemberCluster, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/members/register", self.addr))
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Agent protocol: a heartbeat with the member's capacity digest.
+    pub async fn heartbeat(
+        &self,
+        name: &str,
+        hb: &Heartbeat,
+    ) -> Result<serde_json::Value, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/members/{name}/heartbeat", self.addr))
+            .json(hb)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Agent protocol: assignments changed after `after`, waiting up to `wait_seconds`.
+    pub async fn assignments(
+        &self,
+        name: &str,
+        after: u64,
+        wait_seconds: u64,
+    ) -> Result<AssignmentPage, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/members/{name}/assignments", self.addr))
+            .query(&[("after", after), ("waitSeconds", wait_seconds)])
+            .timeout(Duration::from_secs(wait_seconds + 10))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Agent protocol: report local status transitions.
+    pub async fn report_status(
+        &self,
+        name: &str,
+        report: &StatusReport,
+    ) -> Result<serde_json::Value, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/members/{name}/status", self.addr))
+            .json(report)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    pub async fn members(&self) -> Result<serde_json::Value, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/members", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    pub async fn capacity(&self, stale: bool) -> Result<CapacityView, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/capacity", self.addr))
+            .query(&[("stale", stale)])
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
     }
 
     /// Fault injection (servers started with `--fault-injection` only).

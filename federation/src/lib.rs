@@ -4,6 +4,7 @@
 //! state machine, snapshots, transport), `proposer` and `forward` (getting commands to the
 //! leader in batches), `server` (the HTTP API), and `node` (a node's lifecycle).
 
+pub mod dispatcher;
 pub mod forward;
 pub mod node;
 pub mod proposer;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::net::TcpListener;
 
+use crate::dispatcher::DispatchConfig;
+use crate::dispatcher::liveness::Liveness;
 use crate::forward::Forwarder;
 use crate::proposer::Proposer;
 use crate::raft::log_store::RedbLogStore;
@@ -52,6 +54,7 @@ pub struct NodeConfig {
     pub heartbeat_ms: u64,
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
+    pub dispatch: DispatchConfig,
 }
 
 impl NodeConfig {
@@ -66,6 +69,7 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
+            dispatch: DispatchConfig::default(),
         }
     }
 
@@ -130,7 +134,23 @@ impl Node {
             log_stats,
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
+            liveness: Liveness::default(),
+            dispatch: cfg.dispatch.clone(),
         };
+        tokio::spawn(crate::dispatcher::liveness::health_monitor(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+            state.liveness.clone(),
+            cfg.dispatch.clone(),
+        ));
+        tokio::spawn(crate::dispatcher::router::route_loop(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+            state.liveness.clone(),
+            cfg.dispatch.clone(),
+        ));
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await

@@ -7,6 +7,7 @@
 //! scheduler). The protocol and backends land with the agents issue; the crate exists now so
 //! the workspace has its final shape and the dependency graph (api <- agent) is fixed.
 
+pub mod agent;
 pub mod backend;
 
 /// The resource types an agent speaks, re-exported so backends depend on one crate.

@@ -52,7 +52,7 @@ pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiE
     }))
 }
 
-fn json_body<T: for<'de> Deserialize<'de>>(
+pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
@@ -73,7 +73,7 @@ pub struct RemoveRequest {
 }
 
 /// Sends a cluster operation on to the leader when this node does not lead.
-async fn to_leader<Req: Serialize>(
+pub(crate) async fn to_leader<Req: Serialize>(
     st: &AppState,
     path: &str,
     req: &Req,

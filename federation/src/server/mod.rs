@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod error;
 pub mod internal;
+pub mod members;
 pub mod metrics;
 pub mod workloads;
 
@@ -14,6 +15,8 @@ use axum::Router;
 use axum::routing::{get, post};
 use openraft::ReadPolicy;
 
+use crate::dispatcher::DispatchConfig;
+use crate::dispatcher::liveness::Liveness;
 use crate::forward::Forwarder;
 use crate::proposer::Proposer;
 use crate::raft::log_store::LogStats;
@@ -38,6 +41,8 @@ pub struct AppState {
     pub log_stats: Arc<LogStats>,
     pub metrics: Arc<Metrics>,
     pub fault_injection: bool,
+    pub liveness: Liveness,
+    pub dispatch: DispatchConfig,
 }
 
 impl AppState {
@@ -94,6 +99,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/workloads/{id}", get(workloads::get_one))
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/priorityclasses", get(workloads::list_priority_classes))
+        .route("/v1/members", get(members::list))
+        .route("/v1/members/register", post(members::register))
+        .route("/v1/members/{name}/heartbeat", post(members::heartbeat))
+        .route("/v1/members/{name}/assignments", get(members::assignments))
+        .route("/v1/members/{name}/status", post(members::status))
+        .route("/v1/capacity", get(members::capacity))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/join", post(cluster::join))
         .route("/v1/cluster/remove", post(cluster::remove))

@@ -160,7 +160,7 @@ pub struct ReadParams {
     pub stale: bool,
 }
 
-fn query_error(e: QueryRejection) -> ApiError {
+pub(crate) fn query_error(e: QueryRejection) -> ApiError {
     // serde_urlencoded names the parameter in its message, e.g. "limit: invalid digit".
     let text = e.body_text();
     let field = text

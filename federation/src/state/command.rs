@@ -5,7 +5,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::{FieldError, PriorityClass, Queue, Workload};
+use tideway_api::agent::LocalStatus;
+use tideway_api::digest::CapacityDigest;
+use tideway_api::{FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload};
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync.
@@ -34,6 +36,37 @@ pub enum Command {
         queue: Box<Queue>,
         at: DateTime<Utc>,
     },
+    /// A member cluster's agent registered (or re-registered after a restart).
+    RegisterMember {
+        member: Box<MemberCluster>,
+        agent_version: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// The leader saw a member's heartbeats stop, or start again.
+    MemberHealth {
+        name: String,
+        phase: MemberPhase,
+        message: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// A coalesced capacity digest of a member.
+    MemberDigest {
+        name: String,
+        digest: Box<CapacityDigest>,
+        at: DateTime<Utc>,
+    },
+    /// Place a pending workload (by name) on a member cluster.
+    Assign {
+        workload: String,
+        cluster: String,
+        pool: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// Status transitions reported by a member's agent.
+    ReportStatus {
+        cluster: String,
+        statuses: Vec<LocalStatus>,
+    },
     /// Create or replace a priority class.
     PutPriorityClass {
         priority_class: Box<PriorityClass>,
@@ -54,6 +87,8 @@ pub enum CommandResult {
     Created { object: StoredObject },
     /// The idempotency key was seen before: the object it created, unchanged.
     Existing { object: StoredObject },
+    /// The command changed this many objects.
+    Updated { count: u32 },
     /// The command was refused; nothing changed.
     Rejected { rejection: Rejection },
 }
@@ -74,4 +109,5 @@ pub enum StoredObject {
     Workload(Box<Workload>),
     Queue(Box<Queue>),
     PriorityClass(Box<PriorityClass>),
+    MemberCluster(Box<MemberCluster>),
 }

@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub mod command;
+pub mod members;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,6 +38,10 @@ pub struct FederationState {
     pub uids: BTreeMap<String, String>,
     pub queues: BTreeMap<String, Queue>,
     pub priority_classes: BTreeMap<String, PriorityClass>,
+    /// Member clusters by name.
+    pub members: members::Members,
+    /// Assignments by member cluster, then by workload UID.
+    pub assignments: BTreeMap<String, BTreeMap<String, tideway_api::agent::AssignmentRecord>>,
     /// The latest time any applied command carried; apply never looks at a clock.
     pub clock: Option<DateTime<Utc>>,
 }
@@ -59,6 +64,8 @@ impl Default for FederationState {
             uids: BTreeMap::new(),
             queues,
             priority_classes,
+            members: BTreeMap::new(),
+            assignments: BTreeMap::new(),
             clock: None,
         }
     }
@@ -113,6 +120,39 @@ impl FederationState {
                 CommandResult::Created {
                     object: StoredObject::Queue(queue),
                 }
+            }
+            Command::RegisterMember {
+                member,
+                agent_version,
+                at,
+            } => {
+                self.tick(at);
+                self.register_member(*member, agent_version, at, index)
+            }
+            Command::MemberHealth {
+                name,
+                phase,
+                message,
+                at,
+            } => {
+                self.tick(at);
+                self.member_health(&name, phase, message, at, index)
+            }
+            Command::MemberDigest { name, digest, at } => {
+                self.tick(at);
+                self.member_digest(&name, *digest, at)
+            }
+            Command::Assign {
+                workload,
+                cluster,
+                pool,
+                at,
+            } => {
+                self.tick(at);
+                self.assign(&workload, &cluster, pool, at, index)
+            }
+            Command::ReportStatus { cluster, statuses } => {
+                self.report_status(&cluster, statuses, index)
             }
             Command::PutPriorityClass {
                 mut priority_class,

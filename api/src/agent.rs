@@ -1,0 +1,123 @@
+//! The agent protocol: what the federation and a member-cluster agent say to each other.
+//!
+//! An agent registers its cluster, heartbeats with a capacity digest, long-polls its
+//! assignments from a revision (so a reconnect resumes where it left off), and reports local
+//! status transitions. Every message is idempotent: replays change nothing.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::digest::CapacityDigest;
+use crate::member_cluster::MemberCluster;
+use crate::workload::Workload;
+
+/// A workload the federation placed on this member cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Assignment {
+    pub workload: Workload,
+    /// The pool of this cluster the federation chose.
+    pub pool: Option<String>,
+    /// Dispatch attempt, starting at 1; part of the local object's identity so a retry after
+    /// a failure is a new object, while a replay of the same attempt is not.
+    pub attempt: u32,
+}
+
+impl Assignment {
+    pub fn uid(&self) -> &str {
+        self.workload.metadata.uid.as_deref().unwrap_or_default()
+    }
+}
+
+/// Where a workload stands in its member cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum LocalPhase {
+    /// Created, waiting for the local gang scheduler.
+    Pending,
+    Running,
+    Succeeded,
+    Failed {
+        reason: String,
+    },
+    /// Stopped by the cluster: node failure, local preemption, or our preemption notice.
+    Evicted {
+        reason: String,
+    },
+    /// Deleted or aborted before completion.
+    Aborted {
+        reason: String,
+    },
+}
+
+impl LocalPhase {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, LocalPhase::Pending | LocalPhase::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalStatus {
+    pub uid: String,
+    pub attempt: u32,
+    #[serde(flatten)]
+    pub phase: LocalPhase,
+    pub since: DateTime<Utc>,
+}
+
+/// What the federation wants done with an assignment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Desired {
+    /// Run it (create if absent).
+    Run,
+    /// Checkpoint and stop within the grace period.
+    Preempt { grace_seconds: u64 },
+    /// Delete it.
+    Cancel,
+}
+
+/// One assignment as the federation replicates it, with the revision of its last change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentRecord {
+    /// The log index of the last change; agents resume from the highest one they saw.
+    pub revision: u64,
+    pub assignment: Assignment,
+    pub desired: Desired,
+}
+
+/// `POST /v1/members/register`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterRequest {
+    pub member: MemberCluster,
+    /// Agent build, for the member's status.
+    #[serde(default)]
+    pub agent_version: Option<String>,
+}
+
+/// `POST /v1/members/{name}/heartbeat`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Heartbeat {
+    pub digest: CapacityDigest,
+}
+
+/// `GET /v1/members/{name}/assignments?after=REV&waitSeconds=N`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentPage {
+    /// Every assignment changed after the requested revision.
+    pub items: Vec<AssignmentRecord>,
+    /// Pass as `after` next time.
+    pub revision: u64,
+}
+
+/// `POST /v1/members/{name}/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StatusReport {
+    pub statuses: Vec<LocalStatus>,
+}

@@ -1,0 +1,165 @@
+//! Heartbeats, health transitions and digest coalescing on the leader.
+//!
+//! Heartbeats are not log entries: at thousands of members that would be the log's whole
+//! traffic. The leader keeps them in memory and writes only what changes decisions: a member
+//! turning NotReady or Ready, and a digest at most every few seconds or when it changes
+//! significantly. A new leader starts every member's clock afresh, so it never declares a
+//! member dead for heartbeats it was not there to see.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use chrono::Utc;
+use tideway_api::MemberPhase;
+use tideway_api::digest::CapacityDigest;
+
+use super::DispatchConfig;
+use crate::proposer::Proposer;
+use crate::raft::state_machine::StateMachineData;
+use crate::raft::types::Raft;
+use crate::state::command::Command;
+
+#[derive(Debug, Clone)]
+struct Beat {
+    last: Instant,
+    digest: Option<CapacityDigest>,
+    replicated_at: Option<Instant>,
+}
+
+/// The leader's memory of heartbeats.
+#[derive(Clone, Default)]
+pub struct Liveness {
+    beats: Arc<Mutex<HashMap<String, Beat>>>,
+}
+
+/// Whether a new digest differs enough from the replicated one to replicate it now.
+pub fn significant_change(old: &CapacityDigest, new: &CapacityDigest) -> bool {
+    if old.pools.len() != new.pools.len() {
+        return true;
+    }
+    old.pools.iter().zip(&new.pools).any(|(a, b)| {
+        if a.pool != b.pool || a.flavor != b.flavor {
+            return true;
+        }
+        let (ca, cb) = (&a.counts, &b.counts);
+        if ca.total != cb.total || ca.unhealthy != cb.unhealthy || ca.cordoned != cb.cordoned {
+            return true;
+        }
+        let (fa, fb) = (ca.free(), cb.free());
+        let threshold = (u64::from(ca.total) / 20).max(8);
+        fa.abs_diff(fb) >= threshold || ca.largest_node_free() != cb.largest_node_free()
+    })
+}
+
+impl Liveness {
+    /// Records a heartbeat; returns whether its digest should be replicated now.
+    pub fn beat(
+        &self,
+        name: &str,
+        digest: CapacityDigest,
+        replicated: Option<&CapacityDigest>,
+        cfg: &DispatchConfig,
+    ) -> bool {
+        let now = Instant::now();
+        let Ok(mut beats) = self.beats.lock() else {
+            return false;
+        };
+        let b = beats.entry(name.to_string()).or_insert(Beat {
+            last: now,
+            digest: None,
+            replicated_at: None,
+        });
+        b.last = now;
+        let due = match (replicated, b.replicated_at) {
+            (None, _) | (_, None) => true,
+            (Some(old), Some(at)) => {
+                now.duration_since(at) >= cfg.digest_interval || significant_change(old, &digest)
+            }
+        };
+        if due {
+            b.replicated_at = Some(now);
+        }
+        b.digest = Some(digest);
+        due
+    }
+
+    /// The freshest digest the leader has heard for a member.
+    pub fn latest_digest(&self, name: &str) -> Option<CapacityDigest> {
+        self.beats
+            .lock()
+            .ok()
+            .and_then(|b| b.get(name).and_then(|b| b.digest.clone()))
+    }
+
+    /// Time since the last heartbeat; a member never heard from starts its clock now.
+    fn silence(&self, name: &str) -> std::time::Duration {
+        let now = Instant::now();
+        match self.beats.lock() {
+            Ok(mut b) => {
+                let beat = b.entry(name.to_string()).or_insert(Beat {
+                    last: now,
+                    digest: None,
+                    replicated_at: None,
+                });
+                now.duration_since(beat.last)
+            }
+            Err(_) => std::time::Duration::ZERO,
+        }
+    }
+
+    fn forget_all(&self) {
+        if let Ok(mut b) = self.beats.lock() {
+            b.clear();
+        }
+    }
+}
+
+/// Marks members NotReady when their heartbeats stop. Runs on every node; acts on the leader.
+pub async fn health_monitor(
+    raft: Raft,
+    data: Arc<RwLock<StateMachineData>>,
+    proposer: Proposer,
+    live: Liveness,
+    cfg: DispatchConfig,
+) {
+    let mut was_leader = false;
+    let mut tick = tokio::time::interval(cfg.heartbeat_interval / 2);
+    loop {
+        tick.tick().await;
+        let leader = raft.is_leader();
+        if leader && !was_leader {
+            // Fresh leadership: everyone gets a full timeout from now.
+            live.forget_all();
+        }
+        was_leader = leader;
+        if !leader {
+            continue;
+        }
+        let ready: Vec<String> = {
+            let Ok(d) = data.read() else { continue };
+            d.state
+                .members
+                .iter()
+                .filter(|(_, m)| {
+                    m.cluster.status.as_ref().map(|s| s.phase) == Some(MemberPhase::Ready)
+                })
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        for name in ready {
+            let silent = live.silence(&name);
+            if silent > cfg.not_ready_after {
+                tracing::warn!(member = %name, ?silent, "member missed its heartbeats: NotReady");
+                let _ = proposer
+                    .propose(Command::MemberHealth {
+                        name: name.clone(),
+                        phase: MemberPhase::NotReady,
+                        message: Some(format!("no heartbeat for {:.1} s", silent.as_secs_f64())),
+                        at: Utc::now(),
+                    })
+                    .await;
+            }
+        }
+    }
+}

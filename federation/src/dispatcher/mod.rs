@@ -1,0 +1,36 @@
+//! Leader-only loops: member liveness and health transitions, digest coalescing, and routing
+//! pending workloads to member clusters.
+//!
+//! Every node runs these tasks; each pass first checks that this node leads, so a new leader
+//! takes over at once and a deposed one stops acting. Everything they decide is proposed as a
+//! log entry, never written around Raft.
+
+pub mod liveness;
+pub mod router;
+
+use std::time::Duration;
+
+/// Settings of the leader loops.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    /// How often agents are expected to heartbeat.
+    pub heartbeat_interval: Duration,
+    /// A Ready member whose heartbeats stop for this long becomes NotReady.
+    pub not_ready_after: Duration,
+    /// A member's digest is replicated at most this often, unless it changes significantly.
+    pub digest_interval: Duration,
+    /// How often the router looks at pending workloads.
+    pub route_interval: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        let heartbeat_interval = Duration::from_secs(2);
+        Self {
+            heartbeat_interval,
+            not_ready_after: heartbeat_interval * 3,
+            digest_interval: Duration::from_secs(5),
+            route_interval: Duration::from_millis(500),
+        }
+    }
+}

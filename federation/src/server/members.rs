@@ -1,0 +1,281 @@
+//! `/v1/members/*`: the agent protocol (register, heartbeat, assignments, status) and the
+//! capacity view.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use chrono::Utc;
+use serde::Deserialize;
+use tideway_api::agent::{AssignmentPage, Heartbeat, RegisterRequest, StatusReport};
+use tideway_api::capacity::{
+    CapacitySummary, CapacityView, ClusterCapacity, FRAGMENTATION_DEFINITION, FlavorCapacity,
+    PoolCapacity, RegionCapacity,
+};
+use tideway_api::{MemberCluster, MemberPhase, Validate};
+
+use super::AppState;
+use super::cluster::{json_body, to_leader};
+use super::error::ApiError;
+use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+
+fn rejection(r: Rejection) -> ApiError {
+    match r {
+        Rejection::Invalid { errors } => ApiError::Invalid(errors),
+        Rejection::Conflict { name } => ApiError::Conflict(format!("'{name}' exists")),
+    }
+}
+
+fn member_of(res: CommandResult) -> Result<MemberCluster, ApiError> {
+    match res {
+        CommandResult::Created {
+            object: StoredObject::MemberCluster(m),
+        } => Ok(*m),
+        CommandResult::Rejected { rejection: r } => Err(rejection(r)),
+        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+pub async fn register(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<MemberCluster>, ApiError> {
+    let req: RegisterRequest = json_body(body)?;
+    req.member
+        .validate()
+        .map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    let res = st
+        .proposer
+        .propose(Command::RegisterMember {
+            member: Box::new(req.member),
+            agent_version: req.agent_version,
+            at: Utc::now(),
+        })
+        .await?;
+    Ok(Json(member_of(res)?))
+}
+
+pub async fn heartbeat(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let hb: Heartbeat = json_body(body)?;
+    if hb.digest.cluster != name {
+        return Err(ApiError::field(
+            "digest.cluster",
+            format!(
+                "is '{}', but the heartbeat is for '{name}'",
+                hb.digest.cluster
+            ),
+        ));
+    }
+    // Liveness lives on the leader: a follower passes the heartbeat on.
+    if let Some(v) = to_leader(&st, &format!("/v1/members/{name}/heartbeat"), &hb).await? {
+        return Ok(Json(v));
+    }
+    let known = st.read(|d| {
+        d.state.members.get(&name).map(|m| {
+            (
+                m.digest.clone(),
+                m.cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default(),
+            )
+        })
+    })?;
+    let Some((replicated, phase)) = known else {
+        return Err(ApiError::NotFound(format!(
+            "member cluster '{name}' is not registered; register first"
+        )));
+    };
+    let due = st
+        .liveness
+        .beat(&name, hb.digest.clone(), replicated.as_ref(), &st.dispatch);
+    if phase == MemberPhase::NotReady {
+        member_of(
+            st.proposer
+                .propose(Command::MemberHealth {
+                    name: name.clone(),
+                    phase: MemberPhase::Ready,
+                    message: Some("heartbeats resumed".into()),
+                    at: Utc::now(),
+                })
+                .await?,
+        )?;
+    }
+    if due {
+        member_of(
+            st.proposer
+                .propose(Command::MemberDigest {
+                    name: name.clone(),
+                    digest: Box::new(hb.digest),
+                    at: Utc::now(),
+                })
+                .await?,
+        )?;
+    }
+    Ok(Json(
+        serde_json::json!({"member": name, "digestReplicated": due}),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AssignmentsQuery {
+    #[serde(default)]
+    pub after: u64,
+    /// Long-poll: wait up to this long for a change (at most 60).
+    #[serde(default)]
+    pub wait_seconds: u64,
+}
+
+/// Assignments changed after a revision, long-polled. Served from this node's copy: the
+/// revision only moves forward, so an agent resuming from it never misses a change, whichever
+/// node it asks.
+pub async fn assignments(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    q: Result<Query<AssignmentsQuery>, QueryRejection>,
+) -> Result<Json<AssignmentPage>, ApiError> {
+    let Query(q) = q.map_err(super::workloads::query_error)?;
+    let wait = Duration::from_secs(q.wait_seconds.min(60));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (items, applied, known) = st.read(|d| {
+            (
+                d.state.assignments_after(&name, q.after),
+                d.last_applied.map(|l| l.index()).unwrap_or(0),
+                d.state.members.contains_key(&name),
+            )
+        })?;
+        if !known {
+            return Err(ApiError::NotFound(format!(
+                "member cluster '{name}' is not registered"
+            )));
+        }
+        let now = tokio::time::Instant::now();
+        if !items.is_empty() || now >= deadline {
+            let revision = items.iter().map(|r| r.revision).max().unwrap_or(q.after);
+            return Ok(Json(AssignmentPage { items, revision }));
+        }
+        let _ = st
+            .raft
+            .wait(Some(deadline - now))
+            .applied_index_at_least(Some(applied + 1), "assignments long-poll")
+            .await;
+    }
+}
+
+pub async fn status(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let report: StatusReport = json_body(body)?;
+    if report.statuses.is_empty() {
+        return Ok(Json(serde_json::json!({"updated": 0})));
+    }
+    let res = st
+        .proposer
+        .propose(Command::ReportStatus {
+            cluster: name,
+            statuses: report.statuses,
+        })
+        .await?;
+    match res {
+        CommandResult::Updated { count } => Ok(Json(serde_json::json!({ "updated": count }))),
+        CommandResult::Rejected { rejection: r } => Err(rejection(r)),
+        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StaleQuery {
+    #[serde(default)]
+    pub stale: bool,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    q: Result<Query<StaleQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = q.map_err(super::workloads::query_error)?;
+    st.read_barrier(q.stale).await?;
+    let items = st.read(|d| {
+        d.state
+            .members
+            .values()
+            .map(|m| m.cluster.clone())
+            .collect::<Vec<_>>()
+    })?;
+    Ok(Json(serde_json::json!({
+        "apiVersion": tideway_api::API_VERSION,
+        "kind": "MemberClusterList",
+        "items": items,
+    })))
+}
+
+pub async fn capacity(
+    State(st): State<AppState>,
+    q: Result<Query<StaleQuery>, QueryRejection>,
+) -> Result<Json<CapacityView>, ApiError> {
+    let Query(q) = q.map_err(super::workloads::query_error)?;
+    st.read_barrier(q.stale).await?;
+    let view = st.read(|d| {
+        let mut fleet = CapacitySummary::default();
+        let mut regions: BTreeMap<String, CapacitySummary> = BTreeMap::new();
+        let mut flavors: BTreeMap<String, CapacitySummary> = BTreeMap::new();
+        let mut clusters = Vec::new();
+        for (name, m) in &d.state.members {
+            let status = m.cluster.status.clone().unwrap_or_default();
+            let mut cap = CapacitySummary::default();
+            let mut pools = Vec::new();
+            if let Some(dg) = &m.digest {
+                for p in &dg.pools {
+                    let pc = PoolCapacity::from_digest(p);
+                    cap.add(&pc.capacity);
+                    flavors
+                        .entry(p.flavor.clone())
+                        .or_default()
+                        .add(&pc.capacity);
+                    pools.push(pc);
+                }
+            }
+            fleet.add(&cap);
+            regions
+                .entry(m.cluster.spec.region.clone())
+                .or_default()
+                .add(&cap);
+            clusters.push(ClusterCapacity {
+                cluster: name.clone(),
+                region: m.cluster.spec.region.clone(),
+                phase: status.phase,
+                last_heartbeat: status.last_heartbeat,
+                digest_at: m.digest.as_ref().map(|d| d.generated_at),
+                capacity: cap,
+                pools,
+            });
+        }
+        CapacityView {
+            fleet,
+            regions: regions
+                .into_iter()
+                .map(|(region, capacity)| RegionCapacity { region, capacity })
+                .collect(),
+            flavors: flavors
+                .into_iter()
+                .map(|(flavor, capacity)| FlavorCapacity { flavor, capacity })
+                .collect(),
+            clusters,
+            fragmentation_definition: FRAGMENTATION_DEFINITION.to_string(),
+        }
+    })?;
+    Ok(Json(view))
+}

@@ -1,0 +1,321 @@
+//! The agent loop: register, heartbeat with digests, follow assignments, report status.
+//!
+//! The agent may talk to any federation node. On any error it moves on to the next address it
+//! was given, so it follows leader changes and node losses without configuration. Losing the
+//! federation never touches the member cluster: running work keeps running, and when a node
+//! answers again the agent re-registers, resumes its assignments from the last revision it
+//! applied, and re-sends every status (all of it idempotent).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tideway_api::agent::{Desired, Heartbeat, LocalStatus, RegisterRequest, StatusReport};
+use tideway_api::client::{Client, ClientError};
+use tideway_api::digest::CapacityDigest;
+use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
+use tokio::sync::watch;
+
+use crate::backend::{Backend, BackendError};
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub cluster: String,
+    pub region: String,
+    pub zone: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Federation nodes, any of which may answer.
+    pub federation: Vec<String>,
+    pub heartbeat_interval: Duration,
+    pub status_interval: Duration,
+    /// How long an assignment long-poll waits for a change.
+    pub poll_wait: Duration,
+}
+
+impl AgentConfig {
+    pub fn new(cluster: &str, region: &str, federation: Vec<String>) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            region: region.to_string(),
+            zone: None,
+            labels: BTreeMap::new(),
+            federation,
+            heartbeat_interval: Duration::from_secs(2),
+            status_interval: Duration::from_secs(1),
+            poll_wait: Duration::from_secs(20),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("no federation address given")]
+    NoFederation,
+    #[error("building a client for {0}: {1}")]
+    Client(String, ClientError),
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+}
+
+/// The federation as the agent sees it: a list of nodes and which one it is using.
+#[derive(Clone)]
+struct Federation {
+    clients: Arc<Vec<Client>>,
+    at: Arc<AtomicUsize>,
+}
+
+impl Federation {
+    fn new(addrs: &[String]) -> Result<Self, AgentError> {
+        if addrs.is_empty() {
+            return Err(AgentError::NoFederation);
+        }
+        let clients = addrs
+            .iter()
+            .map(|a| Client::new(a).map_err(|e| AgentError::Client(a.clone(), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            clients: Arc::new(clients),
+            at: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    fn current(&self) -> &Client {
+        &self.clients[self.at.load(Ordering::Relaxed) % self.clients.len()]
+    }
+
+    /// Moves on to the next node after a failure.
+    fn rotate(&self, failed: &Client, err: &ClientError) {
+        let i = self.at.load(Ordering::Relaxed);
+        if std::ptr::eq(&self.clients[i % self.clients.len()], failed) {
+            self.at.store(i + 1, Ordering::Relaxed);
+            tracing::info!(from = failed.base_url(), error = %err, "switching federation node");
+        }
+    }
+}
+
+fn member_from(cfg: &AgentConfig, digest: &CapacityDigest) -> MemberCluster {
+    let mut pools: Vec<Pool> = Vec::new();
+    let mut models: Vec<String> = Vec::new();
+    for p in &digest.pools {
+        if !pools.iter().any(|x| x.name == p.pool) {
+            pools.push(Pool {
+                name: p.pool.clone(),
+                kind: p.kind,
+            });
+        }
+        if !models.contains(&p.flavor) {
+            models.push(p.flavor.clone());
+        }
+    }
+    let mut spec = MemberClusterSpec::new(cfg.region.clone(), pools);
+    spec.zone = cfg.zone.clone();
+    spec.gpu_models = models;
+    let mut m = MemberCluster::new(cfg.cluster.clone(), spec);
+    m.metadata.labels = cfg.labels.clone();
+    m
+}
+
+/// Registers, retrying across nodes until one accepts.
+async fn register<B: Backend>(
+    cfg: &AgentConfig,
+    fed: &Federation,
+    backend: &B,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), AgentError> {
+    loop {
+        let digest = backend.digest().await?;
+        let req = RegisterRequest {
+            member: member_from(cfg, &digest),
+            agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        };
+        let c = fed.current();
+        match c.register_member(&req).await {
+            Ok(_) => {
+                tracing::info!(cluster = %cfg.cluster, via = c.base_url(), "registered");
+                return Ok(());
+            }
+            Err(e) => {
+                fed.rotate(c, &e);
+                if *stop.borrow() {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+}
+
+async fn heartbeats<B: Backend>(
+    cfg: AgentConfig,
+    fed: Federation,
+    backend: Arc<B>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.heartbeat_interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let digest = match backend.digest().await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster's capacity");
+                continue;
+            }
+        };
+        let c = fed.current();
+        match c.heartbeat(&cfg.cluster, &Heartbeat { digest }).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {
+                // The federation does not know us (a fresh cluster, or a restored backup).
+                let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
+            }
+            Err(e) => fed.rotate(c, &e),
+        }
+    }
+}
+
+async fn follow_assignments<B: Backend>(
+    cfg: AgentConfig,
+    fed: Federation,
+    backend: Arc<B>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Start from 0 after every (re)start: ensure is idempotent, so replaying is harmless and
+    // guarantees nothing assigned while we were away is missed.
+    let mut revision = 0u64;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let c = fed.current().clone();
+        let page = tokio::select! {
+            r = c.assignments(&cfg.cluster, revision, cfg.poll_wait.as_secs()) => r,
+            _ = stop.changed() => return,
+        };
+        match page {
+            Ok(page) => {
+                let mut all_ok = true;
+                for rec in &page.items {
+                    let uid = rec.assignment.uid().to_string();
+                    let res = match &rec.desired {
+                        Desired::Run => backend.ensure(&rec.assignment).await,
+                        Desired::Preempt { grace_seconds } => {
+                            backend
+                                .preempt(&uid, Duration::from_secs(*grace_seconds))
+                                .await
+                        }
+                        Desired::Cancel => backend.remove(&uid).await,
+                    };
+                    match res {
+                        Ok(()) => {}
+                        Err(BackendError::Unavailable(e)) => {
+                            tracing::warn!(%uid, error = %e, "member cluster unavailable; will retry");
+                            all_ok = false;
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(%uid, error = %e, "assignment refused by the cluster")
+                        }
+                    }
+                }
+                if all_ok {
+                    revision = page.revision;
+                } else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            Err(e) => {
+                fed.rotate(&c, &e);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn report_statuses<B: Backend>(
+    cfg: AgentConfig,
+    fed: Federation,
+    backend: Arc<B>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // What the federation has acknowledged, so only changes are sent.
+    let mut sent: BTreeMap<(String, u32), LocalStatus> = BTreeMap::new();
+    let mut tick = tokio::time::interval(cfg.status_interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let statuses = match backend.statuses().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read local statuses");
+                continue;
+            }
+        };
+        let changed: Vec<LocalStatus> = statuses
+            .into_iter()
+            .filter(|s| {
+                sent.get(&(s.uid.clone(), s.attempt))
+                    .is_none_or(|prev| prev.phase != s.phase)
+            })
+            .collect();
+        if changed.is_empty() {
+            continue;
+        }
+        let c = fed.current();
+        match c
+            .report_status(
+                &cfg.cluster,
+                &StatusReport {
+                    statuses: changed.clone(),
+                },
+            )
+            .await
+        {
+            Ok(_) => {
+                for s in changed {
+                    sent.insert((s.uid.clone(), s.attempt), s);
+                }
+            }
+            Err(e) => fed.rotate(c, &e),
+        }
+    }
+}
+
+/// Runs the agent until `stop` turns true.
+pub async fn run<B: Backend>(
+    cfg: AgentConfig,
+    backend: Arc<B>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), AgentError> {
+    let fed = Federation::new(&cfg.federation)?;
+    register(&cfg, &fed, backend.as_ref(), &stop).await?;
+    let tasks = vec![
+        tokio::spawn(heartbeats(
+            cfg.clone(),
+            fed.clone(),
+            backend.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(follow_assignments(
+            cfg.clone(),
+            fed.clone(),
+            backend.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(report_statuses(
+            cfg.clone(),
+            fed.clone(),
+            backend.clone(),
+            stop.clone(),
+        )),
+    ];
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
