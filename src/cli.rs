@@ -87,6 +87,22 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// The fleet's GPU capacity: fleet, regions, flavors, clusters, pools and domains.
+    Capacity {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[arg(long)]
+        stale: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Member clusters and their health.
+    Members {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Federation membership and health.
     Cluster {
         #[command(subcommand)]
@@ -231,6 +247,18 @@ impl Cli {
                     }
                 }
                 output::print_workloads(&items, output)
+            }
+            Cmd::Capacity {
+                output,
+                stale,
+                target,
+            } => {
+                let v = Client::new(&target.addr)?.capacity(stale).await?;
+                output::print_capacity(&v, output)
+            }
+            Cmd::Members { output, target } => {
+                let v = Client::new(&target.addr)?.members().await?;
+                output::print_members(&v, output)
             }
             Cmd::Cluster { cmd } => cluster(cmd).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use tideway_api::Workload;
+use tideway_api::capacity::{CapacitySummary, CapacityView};
 use tideway_api::cluster::NodeStatus;
 
 use crate::cli::OutputFormat;
@@ -128,6 +129,84 @@ pub fn print_cluster(
             ),
             Err(e) => println!("{id:<4} {addr:<22} {role:<9} unreachable: {e}"),
         }
+    }
+    Ok(())
+}
+
+fn cap_row(label: &str, c: &CapacitySummary, extra: &str) {
+    println!(
+        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} {}",
+        label, c.total, c.allocated, c.free, c.unhealthy, c.cordoned, extra
+    );
+}
+
+pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    println!(
+        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} {}",
+        "SCOPE", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY", "CORDONED", "DETAIL"
+    );
+    cap_row("fleet", &v.fleet, "");
+    for r in &v.regions {
+        cap_row(&format!("region/{}", r.region), &r.capacity, "");
+    }
+    for f in &v.flavors {
+        cap_row(&format!("flavor/{}", f.flavor), &f.capacity, "");
+    }
+    for c in &v.clusters {
+        cap_row(
+            &format!("cluster/{}", c.cluster),
+            &c.capacity,
+            &format!("{:?} in {}", c.phase, c.region),
+        );
+        for p in &c.pools {
+            let g = &p.largest_gang;
+            cap_row(
+                &format!("  pool/{}/{}", p.pool, p.flavor),
+                &p.capacity,
+                &format!(
+                    "frag {:.0}%  largest gang of {}-GPU pods: node {} rack {} zone {}",
+                    p.fragmentation * 100.0,
+                    g.pod_gpus,
+                    g.node,
+                    g.rack,
+                    g.zone
+                ),
+            );
+            if fmt == OutputFormat::Wide {
+                for d in &p.domains {
+                    cap_row(
+                        &format!("    {}/{}", d.level.as_str(), d.name),
+                        &d.capacity,
+                        "",
+                    );
+                }
+            }
+        }
+    }
+    println!("fragmentation: {}", v.fragmentation_definition);
+    Ok(())
+}
+
+pub fn print_members(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    println!(
+        "{:<24} {:<14} {:<10} {:<28} {}",
+        "NAME", "REGION", "PHASE", "LAST HEARTBEAT", "MESSAGE"
+    );
+    for m in v["items"].as_array().into_iter().flatten() {
+        println!(
+            "{:<24} {:<14} {:<10} {:<28} {}",
+            m["metadata"]["name"].as_str().unwrap_or("-"),
+            m["spec"]["region"].as_str().unwrap_or("-"),
+            m["status"]["phase"].as_str().unwrap_or("-"),
+            m["status"]["lastHeartbeat"].as_str().unwrap_or("-"),
+            m["status"]["message"].as_str().unwrap_or(""),
+        );
     }
     Ok(())
 }

@@ -85,7 +85,8 @@ pub struct Node {
     pub raft: Raft,
     pub state: AppState,
     pub addr: String,
-    server: tokio::task::JoinHandle<()>,
+    /// The HTTP server and the leader loops, stopped on shutdown.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Node {
@@ -137,20 +138,21 @@ impl Node {
             liveness: Liveness::default(),
             dispatch: cfg.dispatch.clone(),
         };
-        tokio::spawn(crate::dispatcher::liveness::health_monitor(
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(crate::dispatcher::liveness::health_monitor(
             raft.clone(),
             state.data.clone(),
             state.proposer.clone(),
             state.liveness.clone(),
             cfg.dispatch.clone(),
-        ));
-        tokio::spawn(crate::dispatcher::router::route_loop(
+        )));
+        tasks.push(tokio::spawn(crate::dispatcher::router::route_loop(
             raft.clone(),
             state.data.clone(),
             state.proposer.clone(),
             state.liveness.clone(),
             cfg.dispatch.clone(),
-        ));
+        )));
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await
@@ -163,16 +165,16 @@ impl Node {
             .map(|a| a.to_string())
             .unwrap_or_else(|_| cfg.listen.clone());
         let app = server::router(state.clone());
-        let server = tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "http server stopped");
             }
-        });
+        }));
         let node = Node {
             raft,
             state,
             addr,
-            server,
+            tasks,
         };
         node.bootstrap_or_join(&cfg).await?;
         Ok(node)
@@ -206,7 +208,9 @@ impl Node {
 
     /// Stops serving and shuts Raft down cleanly.
     pub async fn shutdown(self) {
-        self.server.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
         let _ = self.raft.shutdown().await;
     }
 }

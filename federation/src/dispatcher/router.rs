@@ -228,3 +228,202 @@ pub async fn route_loop(
         tracing::debug!(proposed = n, ok, "routing pass");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tideway_api::digest::{DomainDigest, GpuCounts};
+    use tideway_api::{
+        MemberCluster, MemberClusterSpec, PodSet, Pool, PoolKind, TopologyRequirement,
+        WorkloadClass, WorkloadSpec,
+    };
+
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("time")
+    }
+
+    /// A member with `racks` racks of `nodes` idle 8-GPU H100 nodes.
+    fn digest(name: &str, racks: u32, nodes: u32) -> CapacityDigest {
+        let rack = GpuCounts {
+            total: 8 * nodes,
+            allocated: 0,
+            unhealthy: 0,
+            cordoned: 0,
+            free_histogram: {
+                let mut h = vec![0; 9];
+                h[8] = nodes;
+                h
+            },
+        };
+        let mut all = GpuCounts::default();
+        let mut domains = Vec::new();
+        for r in 0..racks {
+            all.add(&rack);
+            domains.push(DomainDigest {
+                level: TopologyLevel::Rack,
+                name: format!("r{r}"),
+                counts: rack.clone(),
+            });
+        }
+        CapacityDigest {
+            cluster: name.into(),
+            generated_at: t0(),
+            pools: vec![PoolDigest {
+                pool: "train".into(),
+                kind: PoolKind::Training,
+                flavor: "H100".into(),
+                counts: all,
+                domains,
+            }],
+        }
+    }
+
+    fn state_with(members: &[(&str, &str, u32, u32)]) -> FederationState {
+        let mut s = FederationState::default();
+        for (i, (name, region, racks, nodes)) in members.iter().enumerate() {
+            let spec = MemberClusterSpec::new(
+                region.to_string(),
+                vec![Pool {
+                    name: "train".into(),
+                    kind: PoolKind::Training,
+                }],
+            );
+            s.apply(
+                i as u64 + 1,
+                Command::RegisterMember {
+                    member: Box::new(MemberCluster::new(name.to_string(), spec)),
+                    agent_version: None,
+                    at: t0(),
+                },
+            );
+            s.apply(
+                i as u64 + 100,
+                Command::MemberDigest {
+                    name: name.to_string(),
+                    digest: Box::new(digest(name, *racks, *nodes)),
+                    at: t0(),
+                },
+            );
+        }
+        s
+    }
+
+    fn submit(s: &mut FederationState, name: &str, pods: u32, level: TopologyLevel, idx: u64) {
+        let mut spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("worker", pods, 8, "H100")],
+        );
+        spec.topology = Some(TopologyRequirement::Required(level));
+        let mut w = Workload::new(name, spec);
+        w.metadata.uid = Some(format!("uid-{name}"));
+        s.apply(
+            idx,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: name.into(),
+                at: t0(),
+            },
+        );
+    }
+
+    fn apply_plan(s: &mut FederationState, idx: u64) -> Vec<(String, String)> {
+        let cmds = plan(s, |_| None, t0());
+        let mut out = Vec::new();
+        for (i, c) in cmds.into_iter().enumerate() {
+            if let Command::Assign {
+                workload, cluster, ..
+            } = &c
+            {
+                out.push((workload.clone(), cluster.clone()));
+            }
+            s.apply(idx + i as u64, c);
+        }
+        out
+    }
+
+    #[test]
+    fn whole_gang_goes_to_one_cluster_at_the_required_level() {
+        // a: 2 racks of 2 nodes; b: 1 rack of 4 nodes.
+        let mut s = state_with(&[("a", "eu", 2, 2), ("b", "us", 1, 4)]);
+        // 4 pods in one rack only fit in b.
+        submit(&mut s, "big", 4, TopologyLevel::Rack, 1000);
+        // 2 pods fit in a rack of a.
+        submit(&mut s, "small", 2, TopologyLevel::Rack, 1001);
+        let placed = apply_plan(&mut s, 2000);
+        assert_eq!(
+            placed,
+            vec![
+                ("big".to_string(), "b".to_string()),
+                ("small".to_string(), "a".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn capacity_is_reserved_within_a_pass_and_across_unstarted_assignments() {
+        let mut s = state_with(&[("a", "eu", 1, 2)]);
+        submit(&mut s, "one", 2, TopologyLevel::Rack, 1000);
+        submit(&mut s, "two", 2, TopologyLevel::Rack, 1001);
+        let placed = apply_plan(&mut s, 2000);
+        assert_eq!(placed.len(), 1, "only one 2-node gang fits: {placed:?}");
+        // The digest still says 'all free', but the Assigned workload holds the capacity.
+        let again = apply_plan(&mut s, 3000);
+        assert!(again.is_empty(), "double booking: {again:?}");
+    }
+
+    #[test]
+    fn placement_constraints_and_readiness_filter_members() {
+        let mut s = state_with(&[("a", "eu", 1, 2), ("b", "us", 1, 2)]);
+        let mut spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("worker", 1, 8, "H100")],
+        );
+        spec.placement = Some(tideway_api::Placement {
+            regions: vec!["us".into()],
+            clusters: vec![],
+            spread: false,
+        });
+        let mut w = Workload::new("pinned", spec);
+        w.metadata.uid = Some("uid-pinned".into());
+        s.apply(
+            1000,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "k".into(),
+                at: t0(),
+            },
+        );
+        s.apply(
+            1001,
+            Command::MemberHealth {
+                name: "b".into(),
+                phase: tideway_api::MemberPhase::NotReady,
+                message: None,
+                at: t0(),
+            },
+        );
+        assert!(
+            apply_plan(&mut s, 2000).is_empty(),
+            "b is NotReady and a is in the wrong region"
+        );
+        s.apply(
+            2001,
+            Command::MemberHealth {
+                name: "b".into(),
+                phase: tideway_api::MemberPhase::Ready,
+                message: None,
+                at: t0(),
+            },
+        );
+        assert_eq!(
+            apply_plan(&mut s, 3000),
+            vec![("pinned".into(), "b".into())]
+        );
+    }
+}

@@ -264,3 +264,151 @@ impl FederationState {
 
 /// Members by name, for the capacity view and the router.
 pub type Members = BTreeMap<String, MemberRecord>;
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tideway_api::{MemberClusterSpec, PodSet, Workload, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+    use crate::state::command::Command;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("time")
+    }
+
+    fn setup(retry_limit: Option<u32>) -> FederationState {
+        let mut s = FederationState::default();
+        s.apply(
+            1,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(0),
+            },
+        );
+        let mut spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("w", 1, 8, "H100")],
+        );
+        spec.retry_limit = retry_limit;
+        let mut w = Workload::new("job", spec);
+        w.metadata.uid = Some("u1".into());
+        s.apply(
+            2,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "k".into(),
+                at: t(1),
+            },
+        );
+        s.apply(
+            3,
+            Command::Assign {
+                workload: "job".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(2),
+            },
+        );
+        s
+    }
+
+    fn report(s: &mut FederationState, idx: u64, attempt: u32, phase: LocalPhase) {
+        s.apply(
+            idx,
+            Command::ReportStatus {
+                cluster: "a".into(),
+                statuses: vec![LocalStatus {
+                    uid: "u1".into(),
+                    attempt,
+                    phase,
+                    since: t(idx as i64),
+                }],
+            },
+        );
+    }
+
+    fn phase(s: &FederationState) -> WorkloadPhase {
+        s.workloads["job"]
+            .status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn lifecycle_assigned_running_succeeded() {
+        let mut s = setup(None);
+        assert_eq!(phase(&s), WorkloadPhase::Assigned);
+        assert_eq!(s.assignments_after("a", 0).len(), 1);
+        assert!(
+            s.assignments_after("a", 3).is_empty(),
+            "resumes after the revision"
+        );
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert_eq!(phase(&s), WorkloadPhase::Running);
+        // A replayed report changes nothing.
+        let before = s.clone();
+        report(&mut s, 5, 1, LocalPhase::Running);
+        assert_eq!(s.workloads, before.workloads);
+        report(&mut s, 6, 1, LocalPhase::Succeeded);
+        assert_eq!(phase(&s), WorkloadPhase::Succeeded);
+    }
+
+    #[test]
+    fn eviction_requeues_and_stale_attempts_are_ignored() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        report(
+            &mut s,
+            5,
+            1,
+            LocalPhase::Evicted {
+                reason: "ECC errors".into(),
+            },
+        );
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+        assert_eq!(s.assignments["a"]["u1"].desired, Desired::Cancel);
+        s.apply(
+            6,
+            Command::Assign {
+                workload: "job".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(6),
+            },
+        );
+        assert_eq!(s.assignments["a"]["u1"].assignment.attempt, 2);
+        // A late report from attempt 1 must not touch attempt 2.
+        report(&mut s, 7, 1, LocalPhase::Succeeded);
+        assert_eq!(phase(&s), WorkloadPhase::Assigned);
+    }
+
+    #[test]
+    fn failures_retry_up_to_the_limit() {
+        let mut s = setup(Some(1));
+        let failed = || LocalPhase::Failed {
+            reason: "exit 1".into(),
+        };
+        report(&mut s, 4, 1, failed());
+        assert_eq!(phase(&s), WorkloadPhase::Pending, "one retry allowed");
+        s.apply(
+            5,
+            Command::Assign {
+                workload: "job".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(5),
+            },
+        );
+        report(&mut s, 6, 2, failed());
+        assert_eq!(phase(&s), WorkloadPhase::Failed);
+    }
+}
