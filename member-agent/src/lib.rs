@@ -4,11 +4,11 @@
 //! reports a capacity digest, pulls assignments and creates them in the local cluster
 //! idempotently (keyed by workload UID), and reports status back. Backends: `kube` (Volcano
 //! and Kueue through the kube crate) and `sim` (an embedded cluster with a local gang
-//! scheduler). The protocol and backends land with the agents issue; the crate exists now so
-//! the workspace has its final shape and the dependency graph (api <- agent) is fixed.
+//! scheduler, in [`sim`]). The protocol and the `kube` backend land with the agents issue.
 
 pub mod agent;
 pub mod backend;
+pub mod sim;
 
 /// The resource types an agent speaks, re-exported so backends depend on one crate.
 pub use tideway_api as api;

@@ -1,0 +1,224 @@
+//! [`SimBackend`]: the agent's [`Backend`] over an embedded [`SimCluster`].
+//!
+//! Every call first advances the cluster to the clock's now (`tick`), so the agent sees
+//! completions and scheduling exactly as it would in a live cluster between two polls. The
+//! cluster sits behind a `std::sync::Mutex`, locked only inside these synchronous bodies and
+//! never across an await, so no async lock is needed; the `Arc` lets a test or the trace
+//! simulator share the cluster with the backend (to inject faults, read nodes).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tideway_api::digest::CapacityDigest;
+
+use crate::backend::{Assignment, Backend, BackendError, LocalStatus};
+
+use super::clock::Clock;
+use super::cluster::{SimCluster, SimError};
+use super::digest::capacity_digest;
+
+#[derive(Debug, Clone)]
+pub struct SimBackend {
+    cluster: Arc<Mutex<SimCluster>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl SimBackend {
+    pub fn new(cluster: SimCluster, clock: Arc<dyn Clock>) -> Self {
+        Self::shared(Arc::new(Mutex::new(cluster)), clock)
+    }
+
+    /// A backend over a cluster someone else also holds.
+    pub fn shared(cluster: Arc<Mutex<SimCluster>>, clock: Arc<dyn Clock>) -> Self {
+        Self { cluster, clock }
+    }
+
+    pub fn cluster(&self) -> &Arc<Mutex<SimCluster>> {
+        &self.cluster
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Locks, ticks to now, runs `f`. A poisoned lock means a panic mid-update, so the state
+    /// cannot be trusted: report the cluster unavailable rather than act on it.
+    fn with_cluster<R>(
+        &self,
+        f: impl FnOnce(&mut SimCluster, DateTime<Utc>) -> R,
+    ) -> Result<R, BackendError> {
+        let now = self.clock.now();
+        let mut cluster = self.cluster.lock().map_err(|_| {
+            BackendError::Unavailable("simulated cluster state is poisoned".to_owned())
+        })?;
+        cluster.tick(now);
+        Ok(f(&mut cluster, now))
+    }
+}
+
+/// Input the cluster refuses for good is a rejection; nothing in the sim is transient.
+fn rejected(e: SimError) -> BackendError {
+    BackendError::Rejected(e.to_string())
+}
+
+impl Backend for SimBackend {
+    async fn digest(&self) -> Result<CapacityDigest, BackendError> {
+        self.with_cluster(|c, now| capacity_digest(c, now))
+    }
+
+    async fn ensure(&self, assignment: &Assignment) -> Result<(), BackendError> {
+        self.with_cluster(|c, now| {
+            c.ensure(assignment, now)?;
+            // Schedule at once, as a live cluster's scheduler would react to the new object.
+            c.tick(now);
+            Ok(())
+        })?
+        .map_err(rejected)
+    }
+
+    async fn preempt(&self, uid: &str, grace: Duration) -> Result<(), BackendError> {
+        self.with_cluster(|c, now| {
+            c.preempt(uid, grace, now);
+        })
+    }
+
+    async fn remove(&self, uid: &str) -> Result<(), BackendError> {
+        self.with_cluster(|c, now| {
+            c.remove(uid);
+            // Freed GPUs go to pending work right away.
+            c.tick(now);
+        })
+    }
+
+    async fn statuses(&self) -> Result<Vec<LocalStatus>, BackendError> {
+        self.with_cluster(|c, _| c.statuses())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LocalPhase;
+    use crate::sim::clock::ManualClock;
+    use crate::sim::cluster::FaultPolicy;
+    use crate::sim::cluster::tests::{assignment, small, t};
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// The sim backend never awaits anything, so one poll finishes every call: a tiny
+    /// executor instead of a runtime dependency.
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    fn backend() -> (SimBackend, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(t(0)));
+        (SimBackend::new(small(), clock.clone()), clock)
+    }
+
+    fn phase_of(b: &SimBackend, uid: &str) -> Option<LocalPhase> {
+        block_on(b.statuses())
+            .unwrap()
+            .into_iter()
+            .find(|s| s.uid == uid)
+            .map(|s| s.phase)
+    }
+
+    #[test]
+    fn futures_are_send_so_the_agent_can_spawn_them() {
+        let (b, _) = backend();
+        let a = assignment("a", 1, 1, None);
+        let f = b.ensure(&a);
+        assert_send(&f);
+        let g = b.digest();
+        assert_send(&g);
+        let h = b.statuses();
+        assert_send(&h);
+    }
+
+    #[test]
+    fn lifecycle_through_the_backend() {
+        let (b, clock) = backend();
+        let a = assignment("a", 2, 8, Some(60));
+        block_on(b.ensure(&a)).unwrap();
+        block_on(b.ensure(&a)).unwrap();
+        assert_eq!(
+            block_on(b.statuses()).unwrap().len(),
+            1,
+            "ensure is idempotent"
+        );
+        assert_eq!(phase_of(&b, "a"), Some(LocalPhase::Running));
+        assert_eq!(block_on(b.digest()).unwrap().pools[0].counts.allocated, 16);
+
+        clock.advance(Duration::from_secs(61));
+        let statuses = block_on(b.statuses()).unwrap();
+        assert_eq!(statuses[0].phase, LocalPhase::Succeeded);
+        assert_eq!(statuses[0].since, t(60));
+        assert_eq!(block_on(b.digest()).unwrap().pools[0].counts.allocated, 0);
+
+        let long = assignment("long", 1, 8, None);
+        block_on(b.ensure(&long)).unwrap();
+        block_on(b.preempt("long", Duration::from_secs(30))).unwrap();
+        clock.advance(Duration::from_secs(29));
+        assert_eq!(phase_of(&b, "long"), Some(LocalPhase::Running));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            phase_of(&b, "long"),
+            Some(LocalPhase::Evicted {
+                reason: "preempted".into()
+            })
+        );
+        block_on(b.remove("long")).unwrap();
+        block_on(b.remove("long")).unwrap();
+        assert_eq!(phase_of(&b, "long"), None);
+    }
+
+    #[test]
+    fn removal_starts_waiting_work_at_once() {
+        let (b, _) = backend();
+        block_on(b.ensure(&assignment("all", 8, 8, None))).unwrap();
+        block_on(b.ensure(&assignment("next", 1, 8, None))).unwrap();
+        assert_eq!(phase_of(&b, "next"), Some(LocalPhase::Pending));
+        block_on(b.remove("all")).unwrap();
+        assert_eq!(phase_of(&b, "next"), Some(LocalPhase::Running));
+    }
+
+    #[test]
+    fn faults_injected_on_the_shared_cluster_are_reported() {
+        let (b, _) = backend();
+        block_on(b.ensure(&assignment("g", 3, 8, None))).unwrap();
+        {
+            let mut c = b.cluster().lock().unwrap();
+            let node = *c.workload("g", 1).unwrap().placement.keys().next().unwrap();
+            let name = c.nodes()[node].name.clone();
+            c.inject_ecc(&name, t(1), FaultPolicy::Fail).unwrap();
+        }
+        assert!(matches!(phase_of(&b, "g"), Some(LocalPhase::Failed { .. })));
+        let d = block_on(b.digest()).unwrap();
+        assert_eq!(
+            (d.pools[0].counts.unhealthy, d.pools[0].counts.allocated),
+            (8, 0)
+        );
+    }
+
+    #[test]
+    fn bad_assignments_are_rejected() {
+        let (b, _) = backend();
+        let mut a = assignment("a", 1, 8, None);
+        a.pool = Some("nope".into());
+        assert!(matches!(
+            block_on(b.ensure(&a)),
+            Err(BackendError::Rejected(_))
+        ));
+    }
+}
