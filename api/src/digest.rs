@@ -27,13 +27,22 @@ pub struct CapacityDigest {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GpuCounts {
     pub total: u32,
+    // Zero counters are left out on the wire: a 5,000-node member has hundreds of domains,
+    // and most of them have nothing unhealthy or cordoned.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub allocated: u32,
     /// On nodes that are unhealthy (e.g. ECC errors): not schedulable.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub unhealthy: u32,
     /// On nodes that are cordoned or draining: not schedulable.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cordoned: u32,
     /// `free_histogram[k]` = schedulable nodes with exactly `k` free GPUs.
     pub free_histogram: Vec<u32>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl GpuCounts {
