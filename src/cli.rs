@@ -44,8 +44,11 @@ pub enum OutputFormat {
 pub enum Cmd {
     /// Run a federation node.
     Server(ServerArgs),
-    /// Run everything on one machine on the embedded default: a one-node federation.
+    /// Run everything on one machine on the embedded default: a one-node federation and three
+    /// simulated member clusters in three regions.
     Dev(DevArgs),
+    /// Run a member-cluster agent.
+    Agent(crate::agent_cmd::AgentArgs),
     /// Submit a workload from a YAML or JSON file (`-` for standard input).
     Submit {
         #[arg(short = 'f', long = "file")]
@@ -167,6 +170,25 @@ pub struct ServerArgs {
     pub snapshot_every: u64,
 }
 
+/// The simulated member clusters of `tideway dev`: name, region, layout.
+const DEV_MEMBERS: [(&str, &str, &[u8]); 3] = [
+    (
+        "sim-eu",
+        "eu-west",
+        include_bytes!("../deploy/dev/sim-eu.yaml"),
+    ),
+    (
+        "sim-us",
+        "us-east",
+        include_bytes!("../deploy/dev/sim-us.yaml"),
+    ),
+    (
+        "sim-ap",
+        "ap-south",
+        include_bytes!("../deploy/dev/sim-ap.yaml"),
+    ),
+];
+
 #[derive(Args, Debug)]
 pub struct DevArgs {
     #[arg(long, default_value = DEFAULT_ADDR)]
@@ -174,12 +196,15 @@ pub struct DevArgs {
     /// Keep state here; a fresh temporary directory when absent.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Run the simulated clusters' time this many times faster than the wall clock.
+    #[arg(long, default_value_t = 60.0)]
+    pub time_scale: f64,
 }
 
 impl Cli {
     pub fn default_log_filter(&self) -> &'static str {
         match self.cmd {
-            Cmd::Server(_) | Cmd::Dev(_) => "info,openraft=warn",
+            Cmd::Server(_) | Cmd::Dev(_) | Cmd::Agent(_) => "info,openraft=warn",
             _ => "warn",
         }
     }
@@ -188,6 +213,15 @@ impl Cli {
         match self.cmd {
             Cmd::Server(a) => server(a).await,
             Cmd::Dev(a) => dev(a).await,
+            Cmd::Agent(a) => {
+                let (tx, rx) = tokio::sync::watch::channel(false);
+                let run = tokio::spawn(crate::agent_cmd::agent(a, rx));
+                tokio::select! {
+                    r = run => r??,
+                    _ = wait_for_signal() => { let _ = tx.send(true); }
+                }
+                Ok(())
+            }
             Cmd::Submit {
                 file,
                 idempotency_key,
@@ -306,16 +340,48 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
         }
     };
     let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
-    println!("Tideway dev: a one-node federation on the embedded default");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::new();
+    for (name, region, layout) in DEV_MEMBERS {
+        let args = crate::agent_cmd::AgentArgs {
+            cluster: name.to_string(),
+            region: region.to_string(),
+            zone: None,
+            federation: vec![node.addr.clone()],
+            backend: crate::agent_cmd::BackendKind::Sim,
+            config: None,
+            data: Some(dir.join(format!("agent-{name}"))),
+            listen: None,
+            heartbeat_ms: 2000,
+            time_scale: a.time_scale,
+        };
+        let backend = crate::agent_cmd::sim_backend(&args, Some(layout))?;
+        let cfg = crate::agent_cmd::agent_config(&args);
+        agents.push(tokio::spawn(tideway_agent::agent::run(
+            cfg,
+            std::sync::Arc::new(backend),
+            stop.clone(),
+        )));
+    }
+    println!("Tideway dev: a one-node federation and three simulated member clusters");
+    for (name, region, _) in DEV_MEMBERS {
+        println!("  member:   {name} ({region}, simulated)");
+    }
     println!("  API:      http://{}/v1/workloads", node.addr);
     println!("  status:   http://{}/v1/cluster/status", node.addr);
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
+    println!("  capacity: http://{}/v1/capacity", node.addr);
     println!(
         "Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}",
         node.addr
     );
+    println!("     tideway capacity --addr {}", node.addr);
     wait_for_signal().await;
+    let _ = stop_tx.send(true);
+    for a in agents {
+        let _ = a.await;
+    }
     node.shutdown().await;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `tideway`: the one binary. Server, dev mode, client verbs and benchmarks.
 
+mod agent_cmd;
 mod bench;
 mod cli;
 mod output;

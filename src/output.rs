@@ -145,8 +145,8 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
         return print_one(v, fmt);
     }
     println!(
-        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} {}",
-        "SCOPE", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY", "CORDONED", "DETAIL"
+        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} DETAIL",
+        "SCOPE", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY", "CORDONED"
     );
     cap_row("fleet", &v.fleet, "");
     for r in &v.regions {
@@ -195,8 +195,8 @@ pub fn print_members(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result
         return print_one(v, fmt);
     }
     println!(
-        "{:<24} {:<14} {:<10} {:<28} {}",
-        "NAME", "REGION", "PHASE", "LAST HEARTBEAT", "MESSAGE"
+        "{:<24} {:<14} {:<10} {:<28} MESSAGE",
+        "NAME", "REGION", "PHASE", "LAST HEARTBEAT"
     );
     for m in v["items"].as_array().into_iter().flatten() {
         println!(

@@ -6,6 +6,8 @@
 //! never across an await, so no async lock is needed; the `Arc` lets a test or the trace
 //! simulator share the cluster with the backend (to inject faults, read nodes).
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +24,8 @@ use super::digest::capacity_digest;
 pub struct SimBackend {
     cluster: Arc<Mutex<SimCluster>>,
     clock: Arc<dyn Clock>,
+    /// Where the cluster is kept between agent runs, if anywhere.
+    state_file: Option<PathBuf>,
 }
 
 impl SimBackend {
@@ -31,7 +35,55 @@ impl SimBackend {
 
     /// A backend over a cluster someone else also holds.
     pub fn shared(cluster: Arc<Mutex<SimCluster>>, clock: Arc<dyn Clock>) -> Self {
-        Self { cluster, clock }
+        Self {
+            cluster,
+            clock,
+            state_file: None,
+        }
+    }
+
+    /// A backend whose cluster lives in `path`, so it survives the agent (kill -9
+    /// included), as a real cluster would: loaded from the file when it exists, else made by
+    /// `fresh`, and saved atomically after every call.
+    pub fn persisted(
+        path: &Path,
+        fresh: impl FnOnce() -> SimCluster,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, BackendError> {
+        let cluster = match std::fs::read(path) {
+            Ok(bytes) => rmp_serde::from_slice(&bytes)
+                .map_err(|e| BackendError::Other(format!("reading {}: {e}", path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh(),
+            Err(e) => {
+                return Err(BackendError::Other(format!(
+                    "reading {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        let b = Self {
+            cluster: Arc::new(Mutex::new(cluster)),
+            clock,
+            state_file: Some(path.to_path_buf()),
+        };
+        b.with_cluster(|_, _| ())?;
+        Ok(b)
+    }
+
+    fn save(&self, cluster: &SimCluster) -> Result<(), BackendError> {
+        let Some(path) = &self.state_file else {
+            return Ok(());
+        };
+        let io = |e: std::io::Error| BackendError::Other(format!("saving {}: {e}", path.display()));
+        let bytes = rmp_serde::to_vec_named(cluster)
+            .map_err(|e| BackendError::Other(format!("encoding the cluster: {e}")))?;
+        let tmp = path.with_extension("tmp");
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&bytes).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, path).map_err(io)
     }
 
     pub fn cluster(&self) -> &Arc<Mutex<SimCluster>> {
@@ -53,7 +105,9 @@ impl SimBackend {
             BackendError::Unavailable("simulated cluster state is poisoned".to_owned())
         })?;
         cluster.tick(now);
-        Ok(f(&mut cluster, now))
+        let out = f(&mut cluster, now);
+        self.save(&cluster)?;
+        Ok(out)
     }
 }
 
@@ -132,6 +186,30 @@ mod tests {
             .into_iter()
             .find(|s| s.uid == uid)
             .map(|s| s.phase)
+    }
+
+    /// The cluster outlives the agent: a restarted agent that replays its assignments finds
+    /// them present and creates nothing twice, and running work keeps its progress.
+    #[test]
+    fn persisted_cluster_survives_an_agent_restart_without_duplicates() {
+        let dir = std::env::temp_dir().join(format!("tw-sim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sim.state");
+        let _ = std::fs::remove_file(&path);
+        let clock = Arc::new(ManualClock::new(t(0)));
+        let a = assignment("a", 1, 1, None);
+        {
+            let b = SimBackend::persisted(&path, small, clock.clone()).unwrap();
+            block_on(b.ensure(&a)).unwrap();
+            assert_eq!(phase_of(&b, "a"), Some(LocalPhase::Running));
+            // Dropped without any shutdown, like kill -9.
+        }
+        clock.advance(Duration::from_secs(5));
+        let b = SimBackend::persisted(&path, small, clock.clone()).unwrap();
+        assert_eq!(phase_of(&b, "a"), Some(LocalPhase::Running));
+        block_on(b.ensure(&a)).unwrap();
+        assert_eq!(b.cluster().lock().unwrap().creations(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

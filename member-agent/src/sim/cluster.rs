@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tideway_api::{PoolKind, Workload};
 
 use crate::backend::{Assignment, LocalPhase, LocalStatus};
@@ -69,7 +69,7 @@ pub enum FaultPolicy {
 }
 
 /// One node and what is allocated on it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SimNode {
     pub name: String,
@@ -96,7 +96,7 @@ impl SimNode {
 }
 
 /// One dispatch of a workload and its life in the cluster.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimWorkload {
     pub uid: String,
     pub attempt: u32,
@@ -113,6 +113,7 @@ pub struct SimWorkload {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     /// How long it runs once started; `None` runs until removed or stopped.
+    #[serde(with = "millis")]
     pub runtime: Option<TimeDelta>,
     /// Set by a preemption notice: it stops at this time unless it finishes before.
     pub stop_at: Option<DateTime<Utc>>,
@@ -165,7 +166,26 @@ pub struct PhaseChange {
     pub at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// `Option<TimeDelta>` as milliseconds: chrono's durations have no serde form.
+mod millis {
+    use chrono::TimeDelta;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<TimeDelta>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => s.serialize_some(&d.num_milliseconds()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TimeDelta>, D::Error> {
+        Ok(Option::<i64>::deserialize(d)?.map(TimeDelta::milliseconds))
+    }
+}
+
+/// The whole simulated cluster. Serializable so the sim backend can outlive an agent
+/// process, as a real cluster does: a restarted agent finds its workloads still there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimCluster {
     name: String,
     region: String,
@@ -174,11 +194,20 @@ pub struct SimCluster {
     node_index: BTreeMap<String, usize>,
     workloads: BTreeMap<(String, u32), SimWorkload>,
     next_seq: u64,
+    /// Workload objects ever created: a restarted agent that replays its assignments must
+    /// not raise it.
+    #[serde(default)]
+    creations: u64,
 }
 
 type Key = (String, u32);
 
 impl SimCluster {
+    /// Workload objects ever created in this cluster.
+    pub fn creations(&self) -> u64 {
+        self.creations
+    }
+
     pub fn new(inventory: &Inventory) -> Self {
         let nodes: Vec<SimNode> = inventory
             .nodes()
@@ -208,6 +237,7 @@ impl SimCluster {
             node_index,
             workloads: BTreeMap::new(),
             next_seq: 0,
+            creations: 0,
         }
     }
 
@@ -286,6 +316,7 @@ impl SimCluster {
 
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.creations += 1;
         self.workloads.insert(
             key,
             SimWorkload {

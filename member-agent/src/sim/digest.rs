@@ -95,7 +95,6 @@ mod tests {
     /// The design's target for one digest, sent every few seconds per member.
     const DIGEST_TARGET_BYTES: usize = 64 * 1024;
 
-
     fn sums(d: &CapacityDigest) -> BTreeMap<(String, String), u64> {
         d.pools
             .iter()
