@@ -168,6 +168,12 @@ pub struct ServerArgs {
     /// Build a snapshot after this many log entries.
     #[arg(long, default_value_t = 20_000)]
     pub snapshot_every: u64,
+    /// How often member agents are expected to heartbeat.
+    #[arg(long, default_value_t = 2000)]
+    pub member_heartbeat_ms: u64,
+    /// Missed heartbeats (multiples of the interval) before a member is NotReady.
+    #[arg(long, default_value_t = 3)]
+    pub member_missed_heartbeats: u32,
 }
 
 /// The simulated member clusters of `tideway dev`: name, region, layout.
@@ -323,6 +329,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;
+    let hb = std::time::Duration::from_millis(a.member_heartbeat_ms.max(100));
+    cfg.dispatch.heartbeat_interval = hb;
+    cfg.dispatch.not_ready_after = hb * a.member_missed_heartbeats.max(1);
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;

@@ -24,10 +24,23 @@ pub struct ProcNode {
     child: Option<Child>,
 }
 
+/// A `tideway agent` process with a sim backend whose cluster state lives in `data`.
+pub struct ProcAgent {
+    pub name: String,
+    pub region: String,
+    pub layout: PathBuf,
+    pub data: PathBuf,
+    /// Its `/v1/local` endpoint.
+    pub listen: String,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
 pub struct ProcCluster {
     bin: PathBuf,
     dir: PathBuf,
     pub nodes: BTreeMap<u64, ProcNode>,
+    pub agents: BTreeMap<String, ProcAgent>,
     /// Extra flags for every server (e.g. `--fault-injection`).
     pub extra_args: Vec<String>,
 }
@@ -38,6 +51,7 @@ impl ProcCluster {
             bin: bin.into(),
             dir: dir.into(),
             nodes: BTreeMap::new(),
+            agents: BTreeMap::new(),
             extra_args: Vec::new(),
         }
     }
@@ -268,10 +282,91 @@ impl ProcCluster {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Starts a sim-backed agent for cluster `name`, talking to every federation node.
+    pub async fn add_agent(
+        &mut self,
+        name: &str,
+        region: &str,
+        layout: &Path,
+        extra_args: &[&str],
+    ) -> anyhow::Result<()> {
+        let agent = ProcAgent {
+            name: name.to_string(),
+            region: region.to_string(),
+            layout: layout.to_path_buf(),
+            data: self.dir.join(format!("agent-{name}")),
+            listen: free_addr()?,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        self.agents.insert(name.to_string(), agent);
+        self.restart_agent(name).await
+    }
+
+    /// Starts a stopped agent again, on the same data (its cluster kept running meanwhile).
+    pub async fn restart_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let federation = self.addrs().join(",");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("agent-{name}.log")))?;
+        let a = self.agents.get_mut(name).context("no such agent")?;
+        if a.child.is_some() {
+            bail!("agent {name} is running");
+        }
+        let child = Command::new(&self.bin)
+            .arg("agent")
+            .args(["--cluster", &a.name, "--region", &a.region])
+            .args(["--federation", &federation])
+            .args(["--backend", "sim"])
+            .arg("--config")
+            .arg(&a.layout)
+            .arg("--data")
+            .arg(&a.data)
+            .args(["--listen", &a.listen])
+            .args(&a.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning agent {name}"))?;
+        a.child = Some(child);
+        let listen = a.listen.clone();
+        wait_for_http(&listen, Duration::from_secs(30)).await
+    }
+
+    pub fn kill9_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let a = self.agents.get_mut(name).context("no such agent")?;
+        if let Some(mut c) = a.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// What an agent's cluster holds: `/v1/local` of the agent.
+    pub async fn agent_local(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+        let a = self.agents.get(name).context("no such agent")?;
+        let http = tideway_api::http::client_builder().build()?;
+        Ok(http
+            .get(format!("http://{}/v1/local", a.listen))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
 }
 
 impl Drop for ProcCluster {
     fn drop(&mut self) {
+        for a in self.agents.values_mut() {
+            if let Some(mut c) = a.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
         for n in self.nodes.values_mut() {
             if let Some(mut c) = n.child.take() {
                 let _ = c.kill();

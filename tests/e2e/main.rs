@@ -9,3 +9,4 @@ mod t30_snapshot_catch_up;
 mod t40_partition;
 mod t50_bad_input;
 mod t60_cli;
+mod t70_agents;
