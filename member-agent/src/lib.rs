@@ -8,6 +8,7 @@
 //! the workspace has its final shape and the dependency graph (api <- agent) is fixed.
 
 pub mod backend;
+pub mod kube_backend;
 
 /// The resource types an agent speaks, re-exported so backends depend on one crate.
 pub use tideway_api as api;
