@@ -44,11 +44,14 @@ pub struct KubeConfig {
     /// kind that makes no promise to either training or inference.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolKind>,
-    /// GPU model label value -> Tideway flavor (e.g. `NVIDIA-H100-80GB-HBM3: H100`). Values
-    /// not listed are used as the flavor unchanged. The reverse mapping picks the node
-    /// selector of a job, so one flavor should map from one label value.
+    /// Flavor -> the node labels that identify it, e.g.
+    /// `H100: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}` or
+    /// `L4: {node.kubernetes.io/instance-type: g6.xlarge}`. Used both ways: a node matching
+    /// every label of a flavor has that flavor, and a job of that flavor gets those labels as
+    /// its node selector. A flavor not listed is the raw value of the first `nodes.gpuModel`
+    /// label present, selected by the first `nodes.gpuModel` key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub flavors: BTreeMap<String, String>,
+    pub flavors: BTreeMap<String, BTreeMap<String, String>>,
     /// Image of the placeholder container used when a workload carries no template: it holds
     /// the GPUs, which is what a capacity reservation or a smoke test needs.
     #[serde(default = "default_image")]
@@ -204,26 +207,49 @@ impl KubeConfig {
             validate_label_key(key)
                 .map_err(|e| err(&format!("nodes.gpuModel[{i}]"), e.to_string()))?;
         }
+        for (flavor, sel) in &self.flavors {
+            let field = format!("flavors.{flavor}");
+            if sel.is_empty() {
+                return Err(err(&field, "must name at least one node label".to_owned()));
+            }
+            for (k, v) in sel {
+                validate_label_key(k)
+                    .and_then(|()| validate_label_value(v))
+                    .map_err(|e| err(&field, e.to_string()))?;
+            }
+        }
         if self.default_image.is_empty() {
             return Err(err("defaultImage", "must not be empty".to_owned()));
         }
         Ok(())
     }
 
-    /// The Tideway flavor of a GPU model label value.
-    pub fn flavor_of<'a>(&'a self, label_value: &'a str) -> &'a str {
-        self.flavors
-            .get(label_value)
-            .map_or(label_value, String::as_str)
-    }
-
-    /// The GPU model label value that selects nodes of `flavor`: the first (sorted) label
-    /// value mapped to it, or the flavor itself when none is.
-    pub fn label_value_of<'a>(&'a self, flavor: &'a str) -> &'a str {
+    /// The flavor of a node with `labels`: the first configured flavor whose labels all
+    /// match, else the value of the first GPU model label present.
+    pub fn flavor_of_node(&self, labels: &BTreeMap<String, String>) -> Option<String> {
         self.flavors
             .iter()
-            .find(|(_, f)| f.as_str() == flavor)
-            .map_or(flavor, |(value, _)| value.as_str())
+            .find(|(_, sel)| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .map(|(flavor, _)| flavor.clone())
+            .or_else(|| {
+                self.nodes
+                    .gpu_model
+                    .iter()
+                    .find_map(|key| labels.get(key).filter(|v| !v.is_empty()).cloned())
+            })
+    }
+
+    /// The node selector that places a pod of `flavor`.
+    pub fn flavor_selector(&self, flavor: &str) -> BTreeMap<String, String> {
+        match self.flavors.get(flavor) {
+            Some(sel) => sel.clone(),
+            None => self
+                .nodes
+                .gpu_model
+                .first()
+                .map(|key| BTreeMap::from([(key.clone(), flavor.to_owned())]))
+                .unwrap_or_default(),
+        }
     }
 
     pub fn pool_kind(&self, pool: &str) -> PoolKind {
@@ -273,12 +299,28 @@ mod tests {
     #[test]
     fn flavor_mapping_both_ways() {
         let mut cfg = KubeConfig::new("a", SchedulerMode::Volcano);
-        cfg.flavors
-            .insert("NVIDIA-H100-80GB-HBM3".into(), "H100".into());
-        assert_eq!(cfg.flavor_of("NVIDIA-H100-80GB-HBM3"), "H100");
-        assert_eq!(cfg.flavor_of("A100"), "A100");
-        assert_eq!(cfg.label_value_of("H100"), "NVIDIA-H100-80GB-HBM3");
-        assert_eq!(cfg.label_value_of("L4"), "L4");
+        let h100 = BTreeMap::from([(
+            "nvidia.com/gpu.product".to_owned(),
+            "NVIDIA-H100-80GB-HBM3".to_owned(),
+        )]);
+        cfg.flavors.insert("H100".into(), h100.clone());
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(cfg.flavor_of_node(&h100).as_deref(), Some("H100"));
+        let l4 = labels(&[("node.kubernetes.io/instance-type", "g6.xlarge")]);
+        assert_eq!(cfg.flavor_of_node(&l4).as_deref(), Some("g6.xlarge"));
+        assert_eq!(cfg.flavor_of_node(&labels(&[("x", "y")])), None);
+        assert_eq!(cfg.flavor_selector("H100"), h100);
+        assert_eq!(
+            cfg.flavor_selector("A100"),
+            labels(&[("nvidia.com/gpu.product", "A100")])
+        );
         assert_eq!(cfg.pool_kind("anything"), PoolKind::Shared);
+        cfg.flavors.insert("Empty".into(), BTreeMap::new());
+        assert_eq!(cfg.validate().unwrap_err().field, "flavors.Empty");
     }
 }

@@ -191,12 +191,10 @@ fn node_gpus(config: &KubeConfig, node: &Node, used: u32) -> Option<NodeGpus> {
             .cloned()
     };
     let pool = label(&config.nodes.pool).or_else(|| config.nodes.default_pool.clone())?;
-    let flavor = config
-        .nodes
-        .gpu_model
-        .iter()
-        .find_map(|key| label(key))
-        .map_or_else(|| "unknown".to_owned(), |v| config.flavor_of(&v).to_owned());
+    // A GPU node of no known model still has GPUs; "unknown" keeps them in the totals.
+    let flavor = labels
+        .and_then(|l| config.flavor_of_node(l))
+        .unwrap_or_else(|| "unknown".to_owned());
 
     let conditions = status.conditions.as_deref().unwrap_or_default();
     let ready = conditions

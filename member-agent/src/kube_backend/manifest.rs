@@ -160,13 +160,11 @@ fn common(a: &Assignment) -> Result<(String, BTreeMap<String, String>, u64), Man
 
 /// The node selector that keeps pods in the pool and flavor the federation chose.
 fn node_selector(config: &KubeConfig, a: &Assignment, ps: &PodSet) -> Map<String, Value> {
-    let mut sel = Map::new();
-    if let Some(key) = config.nodes.gpu_model.first() {
-        sel.insert(
-            key.clone(),
-            Value::String(config.label_value_of(&ps.flavor).to_owned()),
-        );
-    }
+    let mut sel: Map<String, Value> = config
+        .flavor_selector(&ps.flavor)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
     if let Some(pool) = &a.pool {
         sel.insert(config.nodes.pool.clone(), Value::String(pool.clone()));
     }
@@ -217,22 +215,29 @@ fn pod_template(config: &KubeConfig, a: &Assignment, ps: &PodSet) -> Result<Valu
     if !requests.is_empty() {
         resources.insert("requests".to_owned(), Value::Object(requests));
     }
-    let uid = a.uid();
+    let mut spec = json!({
+        "restartPolicy": "Never",
+        "nodeSelector": selector,
+        "containers": [{
+            "name": labels::job_name_part(&ps.name),
+            "image": config.default_image,
+            "resources": resources,
+        }],
+    });
+    if ps.gpus_per_pod > 0 {
+        // GPU node groups are commonly tainted so that CPU pods stay off them; not every
+        // cluster runs the admission plugin that adds this toleration automatically.
+        spec["tolerations"] = json!([
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        ]);
+    }
     Ok(json!({
         "metadata": {
             "labels": {
-                labels::WORKLOAD_UID: uid,
+                labels::WORKLOAD_UID: a.uid(),
                 labels::ATTEMPT: a.attempt.to_string(),
             }
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": selector,
-            "containers": [{
-                "name": labels::job_name_part(&ps.name),
-                "image": config.default_image,
-                "resources": resources,
-            }],
-        }
+        "spec": spec,
     }))
 }

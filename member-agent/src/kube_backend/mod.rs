@@ -22,6 +22,10 @@ pub mod manifest;
 pub mod status;
 mod watch;
 
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
