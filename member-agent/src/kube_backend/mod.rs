@@ -41,6 +41,7 @@ use tideway_api::digest::CapacityDigest;
 
 pub use config::{ConfigError, KubeConfig, KueueConfig, NodeLabels, SchedulerMode, VolcanoConfig};
 pub use manifest::ManifestError;
+pub use status::PREEMPTED_REASON;
 
 use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus};
 use error::{classify, is_already_exists, is_gone, is_not_found};
@@ -55,9 +56,6 @@ pub const FIELD_MANAGER: &str = "tideway-agent";
 /// List page size: large enough for few round trips, small enough that a 5,000-node list
 /// does not arrive as one 50 MB response.
 pub const PAGE_SIZE: u32 = 500;
-
-/// The reason reported for jobs we deleted after their preemption grace.
-pub const PREEMPTED_REASON: &str = "PreemptedByFederation";
 
 /// A member cluster driven through the Kubernetes API. Cheap to clone.
 #[derive(Clone)]
@@ -99,6 +97,8 @@ impl KubeBackend {
         config
             .validate()
             .map_err(|e| BackendError::Other(e.to_string()))?;
+        // kube's rustls client uses the process-wide provider: ring, as everywhere in Tideway.
+        tideway_api::http::install_crypto_provider();
         let client = Client::try_default()
             .await
             .map_err(|e| BackendError::Unavailable(format!("kubernetes client: {e}")))?;
@@ -293,13 +293,18 @@ impl Backend for KubeBackend {
             };
             let expired = status::preempt_at(&job).is_some_and(|at| at <= now);
             if expired && !s.phase.is_terminal() && job.metadata.deletion_timestamp.is_none() {
-                if let Some(name) = &job.metadata.name {
-                    self.delete_job(name).await?;
+                let name = job.metadata.name.as_deref().unwrap_or_default();
+                // A failed delete must not blind the agent to every other job: report the
+                // job as it is, and the next poll tries again.
+                match self.delete_job(name).await {
+                    Ok(()) => {
+                        s.phase = LocalPhase::Evicted {
+                            reason: PREEMPTED_REASON.to_owned(),
+                        };
+                        s.since = now;
+                    }
+                    Err(e) => tracing::warn!(job = name, error = %e, "preemption delete failed"),
                 }
-                s.phase = LocalPhase::Evicted {
-                    reason: PREEMPTED_REASON.to_owned(),
-                };
-                s.since = now;
             }
             out.push(s);
         }

@@ -63,12 +63,15 @@ pub fn deleted_status(obj: &DynamicObject, now: DateTime<Utc>) -> Option<LocalSt
     })
 }
 
+/// The reason of a job that disappeared, or that we deleted, after our preemption notice.
+pub const PREEMPTED_REASON: &str = "PreemptedByFederation";
+
 /// A job that vanished before finishing: evicted if we preempted it, else aborted by
 /// someone (an operator's `kubectl delete`, a namespace deletion).
 fn gone_phase(obj: &DynamicObject) -> LocalPhase {
     if preempt_at(obj).is_some() {
         LocalPhase::Evicted {
-            reason: "PreemptedByFederation".to_owned(),
+            reason: PREEMPTED_REASON.to_owned(),
         }
     } else {
         LocalPhase::Aborted {

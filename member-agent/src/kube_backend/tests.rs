@@ -541,6 +541,40 @@ async fn statuses_enforce_expired_preemption_deadlines() {
     );
 }
 
+#[tokio::test]
+async fn a_failed_preemption_delete_does_not_fail_statuses() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, "2025-06-01T12:05:01Z");
+    let mut expired = volcano_job(2, "Running", "", "6001");
+    expired["metadata"]["annotations"] = json!({"tideway.dev/preempt-at": "2025-06-01T12:05:00Z"});
+    let name = expired["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let server = server.run(Scenario::Exchanges(vec![
+        Exchange::get(list_uri(), volcano_list("6002", &[expired])),
+        Exchange::send(
+            Method::DELETE,
+            format!("{VOLCANO_JOBS}/{name}?"),
+            json!({"propagationPolicy": "Background"}),
+        )
+        .respond(
+            StatusCode::FORBIDDEN,
+            status_failure(403, "Forbidden", "jobs.batch.volcano.sh is forbidden"),
+        ),
+    ]));
+    let statuses = backend.statuses().await.expect("statuses despite the 403");
+    verified(server).await;
+    assert_eq!(
+        statuses,
+        vec![status(
+            &uid(3),
+            1,
+            LocalPhase::Running,
+            "2025-06-01T11:00:00Z"
+        )]
+    );
+}
+
 // --- removal --------------------------------------------------------------------------
 
 fn remove_uri(path: &str, uid: &str) -> String {

@@ -45,6 +45,9 @@ enum Step {
     Streaming {
         version: String,
         events: BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>,
+        /// Whether this watch delivered anything; one that ends empty-handed is followed by a
+        /// pause, so a proxy that closes watches at once cannot make us spin.
+        delivered: bool,
     },
 }
 
@@ -110,6 +113,7 @@ impl State {
                         self.step = Step::Streaming {
                             version,
                             events: events.boxed(),
+                            delivered: false,
                         }
                     }
                     Err(e) if is_gone(&e) => self.step = Step::List,
@@ -119,9 +123,15 @@ impl State {
             Step::Streaming {
                 mut version,
                 mut events,
+                delivered,
             } => match events.next().await {
                 // The server ends every watch after its timeout: resume where we were.
-                None => self.step = Step::Watch(version),
+                None => {
+                    if !delivered {
+                        self.backoff = Some(self.backoff.unwrap_or(BACKOFF_START));
+                    }
+                    self.step = Step::Watch(version);
+                }
                 Some(Ok(event)) => {
                     self.backoff = None;
                     match event {
@@ -147,7 +157,11 @@ impl State {
                             return;
                         }
                     }
-                    self.step = Step::Streaming { version, events };
+                    self.step = Step::Streaming {
+                        version,
+                        events,
+                        delivered: true,
+                    };
                 }
                 Some(Err(e)) if is_gone(&e) => self.step = Step::List,
                 Some(Err(e)) => self.failed(Step::Watch(version), classify("watch jobs", e)),
@@ -173,12 +187,14 @@ impl State {
             }
             self.seen(obj);
         }
-        let vanished: Vec<Key> = self
+        let mut vanished: Vec<Key> = self
             .known
             .keys()
             .filter(|k| !present.contains(*k))
             .cloned()
             .collect();
+        // Sorted so the stream is deterministic, not in hash order.
+        vanished.sort();
         for key in vanished {
             if let Some(known) = self.known.remove(&key) {
                 self.report_gone(&known);
