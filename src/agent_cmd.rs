@@ -11,6 +11,7 @@ use axum::routing::get;
 use clap::{Args, ValueEnum};
 use tideway_agent::agent::{AgentConfig, run};
 use tideway_agent::backend::Backend;
+use tideway_agent::kube_backend::{KubeBackend, KubeConfig};
 use tideway_agent::sim::{Clock, Inventory, RealClock, ScaledClock, SimBackend, SimCluster};
 use tokio::sync::watch;
 
@@ -24,19 +25,21 @@ pub enum BackendKind {
 
 #[derive(Args, Debug, Clone)]
 pub struct AgentArgs {
-    /// The member cluster's name in the federation.
+    /// The member cluster's name in the federation (default: from the backend config).
     #[arg(long)]
-    pub cluster: String,
+    pub cluster: Option<String>,
+    /// Its region (default: from the backend config).
     #[arg(long)]
-    pub region: String,
+    pub region: Option<String>,
     #[arg(long)]
     pub zone: Option<String>,
-    /// Federation nodes, comma-separated; any of them may answer.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Federation nodes, comma-separated; any of them may answer (default: from the config).
+    #[arg(long, value_delimiter = ',')]
     pub federation: Vec<String>,
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: BackendKind,
-    /// Backend configuration: for `sim`, the cluster layout (YAML).
+    /// Backend configuration (YAML): for `sim`, the cluster layout; for `kube`, the agent file
+    /// of `deploy/kubernetes/agent/configmap.yaml`.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Where a `sim` cluster keeps its state between agent runs.
@@ -55,30 +58,60 @@ pub struct AgentArgs {
 /// A small built-in layout for a `sim` agent started without `--config`.
 const DEFAULT_SIM: &[u8] = include_bytes!("../deploy/dev/sim-eu.yaml");
 
-pub fn sim_backend(a: &AgentArgs, layout: Option<&[u8]>) -> anyhow::Result<SimBackend> {
+/// The sim backend and the identity its layout gives (cluster, region).
+pub fn sim_backend(
+    a: &AgentArgs,
+    layout: Option<&[u8]>,
+) -> anyhow::Result<(SimBackend, String, String)> {
     let bytes = match (&a.config, layout) {
         (Some(p), _) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
         (None, Some(l)) => l.to_vec(),
         (None, None) => DEFAULT_SIM.to_vec(),
     };
     let inventory = Inventory::from_yaml(&bytes).context("the sim cluster layout")?;
+    let cluster = a
+        .cluster
+        .clone()
+        .unwrap_or_else(|| inventory.cluster().to_string());
+    let region = a
+        .region
+        .clone()
+        .unwrap_or_else(|| inventory.region().to_string());
     let clock: Arc<dyn Clock> = if (a.time_scale - 1.0).abs() < f64::EPSILON {
         Arc::new(RealClock)
     } else {
         Arc::new(ScaledClock::new(chrono::Utc::now(), a.time_scale)?)
     };
     let fresh = || SimCluster::new(&inventory);
-    Ok(match &a.data {
+    let backend = match &a.data {
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
             SimBackend::persisted(&dir.join("sim-cluster.state"), fresh, clock)?
         }
         None => SimBackend::new(fresh(), clock),
-    })
+    };
+    Ok((backend, cluster, region))
 }
 
-pub fn agent_config(a: &AgentArgs) -> AgentConfig {
-    let mut cfg = AgentConfig::new(&a.cluster, &a.region, a.federation.clone());
+/// The `kube` agent's file: where the federation is, and the backend's settings.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KubeAgentFile {
+    /// One address or a comma-separated list.
+    #[serde(default)]
+    federation: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+    kube: KubeConfig,
+}
+
+pub fn agent_config(
+    a: &AgentArgs,
+    cluster: &str,
+    region: &str,
+    federation: Vec<String>,
+) -> AgentConfig {
+    let mut cfg = AgentConfig::new(cluster, region, federation);
     cfg.zone = a.zone.clone();
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_ms.max(100));
     cfg
@@ -105,10 +138,30 @@ async fn local(State(v): State<LocalView>) -> Json<serde_json::Value> {
     }))
 }
 
+fn federation_of(a: &AgentArgs, file: Option<&str>) -> anyhow::Result<Vec<String>> {
+    if !a.federation.is_empty() {
+        return Ok(a.federation.clone());
+    }
+    match file {
+        Some(f) => Ok(f
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .filter(|s| !s.is_empty())
+            .collect()),
+        None => bail!("--federation is required (or `federation:` in the config file)"),
+    }
+}
+
 pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     match a.backend {
         BackendKind::Sim => {
-            let backend = sim_backend(&a, None)?;
+            let (backend, cluster, region) = sim_backend(&a, None)?;
+            let federation = federation_of(&a, None)?;
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
@@ -118,15 +171,41 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
                     .route("/v1/local", get(local))
                     .with_state(LocalView {
                         backend: backend.clone(),
-                        cluster: a.cluster.clone(),
+                        cluster: cluster.clone(),
                     });
                 tokio::spawn(async move {
                     let _ = axum::serve(listener, app).await;
                 });
             }
-            run(agent_config(&a), Arc::new(backend), stop).await?;
+            let cfg = agent_config(&a, &cluster, &region, federation);
+            run(cfg, Arc::new(backend), stop).await?;
             Ok(())
         }
-        BackendKind::Kube => bail!("the kube backend is not built into this binary yet"),
+        BackendKind::Kube => {
+            let path = a
+                .config
+                .as_ref()
+                .context("--config is required with --backend kube")?;
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let file: KubeAgentFile = tideway_api::decode_yaml(&bytes).map_err(|e| {
+                let f = e.to_field_error();
+                anyhow::anyhow!("{}: {}: {}", path.display(), f.field, f.reason)
+            })?;
+            let cluster = a
+                .cluster
+                .clone()
+                .unwrap_or_else(|| file.kube.cluster.clone());
+            let region = a
+                .region
+                .clone()
+                .or(file.region.clone())
+                .context("--region is required (or `region:` in the config file)")?;
+            let federation = federation_of(&a, file.federation.as_deref())?;
+            let backend = KubeBackend::connect(file.kube).await?;
+            let cfg = agent_config(&a, &cluster, &region, federation);
+            run(cfg, Arc::new(backend), stop).await?;
+            Ok(())
+        }
     }
 }

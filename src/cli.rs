@@ -353,8 +353,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
         let args = crate::agent_cmd::AgentArgs {
-            cluster: name.to_string(),
-            region: region.to_string(),
+            cluster: Some(name.to_string()),
+            region: Some(region.to_string()),
             zone: None,
             federation: vec![node.addr.clone()],
             backend: crate::agent_cmd::BackendKind::Sim,
@@ -364,8 +364,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
         };
-        let backend = crate::agent_cmd::sim_backend(&args, Some(layout))?;
-        let cfg = crate::agent_cmd::agent_config(&args);
+        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
+        let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
             std::sync::Arc::new(backend),

@@ -4,10 +4,11 @@
 //! reports a capacity digest, pulls assignments and creates them in the local cluster
 //! idempotently (keyed by workload UID), and reports status back. Backends: `kube` (Volcano
 //! and Kueue through the kube crate) and `sim` (an embedded cluster with a local gang
-//! scheduler, in [`sim`]). The protocol and the `kube` backend land with the agents issue.
+//! scheduler, in [`sim`]). [`agent`] is the loop that drives a [`backend::Backend`].
 
 pub mod agent;
 pub mod backend;
+pub mod kube_backend;
 pub mod sim;
 
 /// The resource types an agent speaks, re-exported so backends depend on one crate.
