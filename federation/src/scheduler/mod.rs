@@ -44,3 +44,8 @@ pub fn schedule(input: &SchedulerInput) -> SchedulerOutput {
     cycle.run();
     cycle.finish()
 }
+
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod testkit;
