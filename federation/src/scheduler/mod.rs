@@ -46,6 +46,8 @@ pub fn schedule(input: &SchedulerInput) -> SchedulerOutput {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod scenarios;
 #[cfg(test)]
 mod testkit;
