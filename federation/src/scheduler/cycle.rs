@@ -8,6 +8,8 @@
 //! The per-step logic lives in `routing`, `preemption` and `reservation` as `impl Cycle`
 //! blocks; this file owns the state they share and the walk itself.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Duration, Utc};
 use tideway_api::{
     PendingReason, Preemptibility, PreemptionPolicy, TopologyRequirement, Workload, WorkloadClass,
@@ -15,7 +17,7 @@ use tideway_api::{
 
 use super::capacity::{FitChoice, GroupNeed, PoolState};
 use super::decision::{Decision, SchedulerOutput, SchedulerStats, VictimTier};
-use super::explain::{ClusterVerdict, Explanation, Unblock};
+use super::explain::{Explanation, Unblock};
 use super::fair_share::dominant_share;
 use super::hash::{DetMap, tie_break};
 use super::input::{PodCount, PoolPlacement, SchedulerInput, SchedulerTuning, uid_of};
@@ -72,11 +74,13 @@ pub struct Shape {
     /// Clusters filtered statically, with why.
     pub statics: Vec<(usize, super::explain::Verdict)>,
     /// Set when no cluster passes the static filters.
-    pub static_block: Option<(PendingReason, Unblock)>,
+    pub static_block: Option<(PendingReason, Arc<Explanation>)>,
     /// Per candidate: (cluster version seen, answer).
     pub cache: Vec<(u64, Option<ClusterFit>)>,
     /// Set once it fits in no candidate: capacity only shrinks within a cycle, so it stays.
-    pub dead: Option<(PendingReason, Explanation)>,
+    pub dead: Option<(PendingReason, Arc<Explanation>)>,
+    /// The last "only held clusters would take it" answer: (holds epoch, holds, answer).
+    pub held_only: Option<(u64, Vec<usize>, PendingReason, Arc<Explanation>)>,
     pub reserve_failed: bool,
     /// Preemption plans that failed: (queue, base priority, reclaiming).
     pub preempt_failed: Vec<(usize, i32, bool)>,
@@ -143,6 +147,8 @@ pub struct Cycle<'a> {
     pub holds: Vec<Hold>,
     pub holds_on: Vec<Vec<usize>>,
     pub own_hold: DetMap<u32, usize>,
+    /// Bumped whenever a hold is added or released; keys cached "held" explanations.
+    pub holds_epoch: u64,
     pub waiting_victims: DetMap<&'a str, Vec<String>>,
     pub user_active: DetMap<(usize, &'a str), u32>,
     pub spread_cluster: DetMap<(&'a str, usize), u32>,
@@ -310,6 +316,7 @@ impl<'a> Cycle<'a> {
             holds: Vec::new(),
             holds_on: vec![Vec::new(); input.clusters.len()],
             own_hold: DetMap::default(),
+            holds_epoch: 0,
             waiting_victims: DetMap::default(),
             user_active: DetMap::default(),
             spread_cluster: DetMap::default(),
@@ -539,6 +546,7 @@ impl<'a> Cycle<'a> {
             static_block: None,
             cache: Vec::new(),
             dead: None,
+            held_only: None,
             reserve_failed: false,
             preempt_failed: Vec::new(),
         };
@@ -601,11 +609,13 @@ impl<'a> Cycle<'a> {
         });
         self.holds_on[ci].push(h);
         self.own_hold.insert(idx, h);
+        self.holds_epoch += 1;
     }
 
     pub fn release_hold(&mut self, idx: u32) {
         if let Some(h) = self.own_hold.remove(&idx) {
             self.holds[h].active = false;
+            self.holds_epoch += 1;
         }
     }
 
@@ -637,12 +647,17 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    pub fn pending(&mut self, idx: u32, reason: PendingReason, explanation: Explanation) {
+    pub fn pending(
+        &mut self,
+        idx: u32,
+        reason: PendingReason,
+        explanation: impl Into<Arc<Explanation>>,
+    ) {
         let uid = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Pending {
             uid,
             reason,
-            explanation,
+            explanation: explanation.into(),
         });
     }
 
@@ -715,9 +730,9 @@ impl<'a> Cycle<'a> {
             };
             return self.pending(idx, reason, Explanation::new(unblock));
         }
-        if let Some((reason, unblock)) = self.shapes[s].static_block.clone() {
-            let clusters = self.static_verdicts(s);
-            return self.pending(idx, reason, Explanation::with_clusters(unblock, clusters));
+        if let Some((reason, explanation)) = &self.shapes[s].static_block {
+            let (reason, explanation) = (reason.clone(), explanation.clone());
+            return self.pending(idx, reason, explanation);
         }
         let restricted = match self.route(idx) {
             Ok((ci, fit)) => return self.assign(idx, q, ci, fit),
@@ -809,18 +824,6 @@ impl<'a> Cycle<'a> {
                 .unwrap_or_default(),
             placements,
         });
-    }
-
-    /// Verdicts of statically filtered clusters, in cluster order.
-    pub fn static_verdicts(&self, s: usize) -> std::sync::Arc<[ClusterVerdict]> {
-        self.shapes[s]
-            .statics
-            .iter()
-            .map(|(ci, v)| ClusterVerdict {
-                cluster: self.clusters[*ci].name.clone(),
-                verdict: v.clone(),
-            })
-            .collect()
     }
 
     pub fn finish(mut self) -> SchedulerOutput {

@@ -3,6 +3,7 @@
 //! "who went first and why".
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -40,12 +41,13 @@ pub enum Decision {
         expected_start: DateTime<Utc>,
         /// Why it still waits.
         reason: PendingReason,
-        explanation: Explanation,
+        explanation: Arc<Explanation>,
     },
+    /// Waits; `explanation` is shared by workloads blocked the same way.
     Pending {
         uid: String,
         reason: PendingReason,
-        explanation: Explanation,
+        explanation: Arc<Explanation>,
     },
 }
 

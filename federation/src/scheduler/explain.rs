@@ -2,12 +2,11 @@
 //!
 //! `PendingReason` is the one structured reason a dashboard switches on; the explanation
 //! adds what Nomad's placement failures taught users to expect (a per-cluster breakdown)
-//! and the step that would change the outcome, both as a sentence and as data. The
-//! breakdown is shared (`Arc`) between all workloads of one shape evaluated against the same
-//! capacity, which is what keeps 100,000 explanations cheap.
+//! and the step that would change the outcome, both as a sentence and as data. Decisions hold
+//! explanations behind an `Arc`: all workloads of one shape blocked by the same capacity share
+//! one, which is what keeps 100,000 explanations cheap.
 
 use std::fmt;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -22,16 +21,16 @@ pub struct Explanation {
     pub hint: String,
     /// One entry per member cluster when clusters were considered; empty when the workload
     /// was stopped before routing (quota, limits).
-    #[serde(default, skip_serializing_if = "<[ClusterVerdict]>::is_empty")]
-    pub clusters: Arc<[ClusterVerdict]>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterVerdict>,
 }
 
 impl Explanation {
     pub fn new(unblock: Unblock) -> Self {
-        Self::with_clusters(unblock, Arc::from(Vec::new()))
+        Self::with_clusters(unblock, Vec::new())
     }
 
-    pub fn with_clusters(unblock: Unblock, clusters: Arc<[ClusterVerdict]>) -> Self {
+    pub fn with_clusters(unblock: Unblock, clusters: Vec<ClusterVerdict>) -> Self {
         Self {
             hint: unblock.to_string(),
             unblock,

@@ -13,6 +13,8 @@
 //! the caller (the `Reserve` decisions of one cycle are the `reservations` of the next), and
 //! keep their cluster and start so the promise does not drift.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use tideway_api::PendingReason;
 
@@ -97,7 +99,7 @@ impl Cycle<'_> {
             cluster,
             expected_start,
             reason: reason.clone(),
-            explanation,
+            explanation: Arc::new(explanation),
         });
     }
 

@@ -141,7 +141,15 @@ impl Cycle<'_> {
         }
         shape.cache = vec![(u64::MAX, None); shape.candidates.len()];
         if shape.candidates.is_empty() {
-            shape.static_block = Some(if let Some(first) = not_ready.first() {
+            let clusters: Vec<ClusterVerdict> = shape
+                .statics
+                .iter()
+                .map(|(ci, v)| ClusterVerdict {
+                    cluster: self.clusters[*ci].name.clone(),
+                    verdict: v.clone(),
+                })
+                .collect();
+            let (reason, unblock) = if let Some(first) = not_ready.first() {
                 (
                     PendingReason::MemberUnavailable {
                         cluster: first.clone(),
@@ -165,7 +173,9 @@ impl Cycle<'_> {
                     },
                     Unblock::RelaxPlacement { constraint },
                 )
-            });
+            };
+            let explanation = Arc::new(Explanation::with_clusters(unblock, clusters));
+            shape.static_block = Some((reason, explanation));
         }
     }
 
@@ -277,7 +287,7 @@ impl Cycle<'_> {
     }
 
     /// The reason and explanation of a shape that fits in no candidate cluster.
-    fn explain_death(&self, s: usize) -> (PendingReason, Explanation) {
+    fn explain_death(&self, s: usize) -> (PendingReason, Arc<Explanation>) {
         let shape = &self.shapes[s];
         let flavors = &self.book.flavors;
         // Report on the need that fits in the fewest clusters.
@@ -323,7 +333,7 @@ impl Cycle<'_> {
             ));
         }
         verdicts.sort_by_key(|(ci, _)| *ci);
-        let clusters: Arc<[ClusterVerdict]> = verdicts
+        let clusters: Vec<ClusterVerdict> = verdicts
             .into_iter()
             .map(|(ci, verdict)| ClusterVerdict {
                 cluster: self.clusters[ci].name.clone(),
@@ -337,14 +347,14 @@ impl Cycle<'_> {
                     free_total,
                     largest_domain,
                 },
-                Explanation::with_clusters(
+                Arc::new(Explanation::with_clusters(
                     Unblock::Defragmentation {
                         flavor: flavor.clone(),
                         gpus: need.gpus,
                         level,
                     },
                     clusters,
-                ),
+                )),
             )
         } else {
             per_cluster.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
@@ -359,14 +369,14 @@ impl Cycle<'_> {
                     needed: need.gpus,
                     largest_fit_per_cluster,
                 },
-                Explanation::with_clusters(
+                Arc::new(Explanation::with_clusters(
                     Unblock::CapacityFreed {
                         flavor: flavor.clone(),
                         gpus: need.gpus,
                         level,
                     },
                     clusters,
-                ),
+                )),
             )
         }
     }
@@ -376,7 +386,7 @@ impl Cycle<'_> {
         &mut self,
         idx: u32,
         restricted: &[usize],
-    ) -> (PendingReason, Explanation) {
+    ) -> (PendingReason, Arc<Explanation>) {
         let s = self.shape_of[idx as usize] as usize;
         if self.shapes[s].dead.is_none() && restricted.is_empty() {
             // It fit when routed, but the take failed (inconsistent digest): explain now.
@@ -385,6 +395,13 @@ impl Cycle<'_> {
         }
         if let Some(dead) = &self.shapes[s].dead {
             return dead.clone();
+        }
+        // Workloads of one shape blocked by the same holds share one explanation.
+        if let Some((epoch, holds, reason, explanation)) = &self.shapes[s].held_only
+            && *epoch == self.holds_epoch
+            && holds == restricted
+        {
+            return (reason.clone(), explanation.clone());
         }
         let (f, need) = &self.shapes[s].needs[0];
         let flavor = self.book.flavors[*f].clone();
@@ -405,7 +422,7 @@ impl Cycle<'_> {
         }
         verdicts.sort_by_key(|(ci, _)| *ci);
         verdicts.dedup_by_key(|(ci, _)| *ci);
-        let clusters: Arc<[ClusterVerdict]> = verdicts
+        let clusters: Vec<ClusterVerdict> = verdicts
             .into_iter()
             .map(|(ci, verdict)| ClusterVerdict {
                 cluster: self.clusters[ci].name.clone(),
@@ -413,19 +430,24 @@ impl Cycle<'_> {
             })
             .collect();
         let first = &self.holds[restricted[0]];
-        (
-            PendingReason::InsufficientCapacity {
-                flavor,
-                needed: need.gpus,
-                largest_fit_per_cluster,
+        let reason = PendingReason::InsufficientCapacity {
+            flavor,
+            needed: need.gpus,
+            largest_fit_per_cluster,
+        };
+        let explanation = Arc::new(Explanation::with_clusters(
+            Unblock::ReservationStarts {
+                cluster: self.clusters[first.cluster].name.clone(),
+                expected_start: first.expected_start,
             },
-            Explanation::with_clusters(
-                Unblock::ReservationStarts {
-                    cluster: self.clusters[first.cluster].name.clone(),
-                    expected_start: first.expected_start,
-                },
-                clusters,
-            ),
-        )
+            clusters,
+        ));
+        self.shapes[s].held_only = Some((
+            self.holds_epoch,
+            restricted.to_vec(),
+            reason.clone(),
+            explanation.clone(),
+        ));
+        (reason, explanation)
     }
 }
