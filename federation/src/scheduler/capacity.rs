@@ -21,6 +21,9 @@ use super::input::{DomainRef, PodCount};
 /// `hist[k]` = schedulable nodes with exactly `k` free GPUs.
 pub type Hist = Vec<u32>;
 
+/// No node has more GPUs than this; bounds the histograms the scheduler itself grows.
+const MAX_NODE_GPUS: usize = 1024;
+
 /// How many pods of `g` GPUs fit, one pod never spanning nodes.
 pub fn pods_that_fit(hist: &[u32], g: u32) -> u64 {
     if g == 0 {
@@ -119,7 +122,7 @@ fn add_into(acc: &mut Hist, h: &[u32]) {
         acc.resize(h.len(), 0);
     }
     for (k, n) in h.iter().enumerate() {
-        acc[k] += n;
+        acc[k] = acc[k].saturating_add(*n);
     }
 }
 
@@ -459,10 +462,21 @@ impl PoolState {
     /// Whether the gang would fit if every node of some domain were empty: the test for
     /// "worth waiting (and reserving) for".
     pub fn fits_when_empty(&self, need: &GroupNeed) -> bool {
+        // Each pod size on nodes of its own (conservative for mixed sizes); no histogram is
+        // built, so an absurd node size in a digest costs nothing.
         let empty_fit = |nodes: u32, node_gpus: u32| -> bool {
-            let mut h = vec![0u32; node_gpus as usize + 1];
-            h[node_gpus as usize] = nodes;
-            fits(&h, &need.pods)
+            let mut used = 0u64;
+            for p in &need.pods {
+                if p.gpus_per_pod == 0 {
+                    continue;
+                }
+                let per = u64::from(node_gpus / p.gpus_per_pod);
+                if per == 0 {
+                    return false;
+                }
+                used += u64::from(p.count).div_ceil(per);
+            }
+            used <= u64::from(nodes)
         };
         match need.level {
             Some(TopologyLevel::Node) if need.required => {
@@ -497,8 +511,22 @@ impl PoolState {
     pub fn take_unaccounted(&mut self, domain: Option<&DomainRef>, pods: &[PodCount]) {
         let d = domain.and_then(|r| self.find_domain(r));
         for p in pods {
+            let all = GroupNeed {
+                pods: vec![*p],
+                gpus: u64::from(p.gpus_per_pod) * u64::from(p.count),
+                level: None,
+                required: false,
+            };
+            let at_once = match d {
+                Some(d) => self.take_in(d, &all).is_some() || self.take_pool(&all).is_some(),
+                None => self.take_pool(&all).is_some(),
+            };
+            if at_once {
+                continue;
+            }
             let mut left = *p;
-            // Place what fits in the recorded domain, then anywhere; never fail.
+            // Place what fits in the recorded domain, then anywhere, pod by pod; the rest is
+            // not there to take (the digest already shows less than it should).
             while left.count > 0 {
                 let one = PodCount {
                     gpus_per_pod: left.gpus_per_pod,
@@ -621,7 +649,7 @@ impl PoolState {
                 h.resize(k.max(nk) + 1, 0);
             }
             h[k] = h[k].saturating_sub(n);
-            h[nk] += n;
+            h[nk] = h[nk].saturating_add(n);
         }
         mv(&mut self.domains[leaf].hist, k, nk, n);
         if let Some(z) = self.domains[leaf].parent {
@@ -630,17 +658,21 @@ impl PoolState {
         mv(&mut self.hist, k, nk, n);
     }
 
-    /// Adds a node with `free` GPUs (capacity a preemption or a finishing workload returns)
-    /// to `domain` and its ancestors, or to the pool only when the domain is unknown. Used on
-    /// scratch copies: it is conservative, since returned GPUs may in truth join a node's
-    /// other free GPUs, which only helps.
-    pub fn add_free_node(&mut self, domain: Option<usize>, free: u32) {
+    /// Adds `n` nodes with `free` GPUs each (capacity a preemption or a finishing workload
+    /// returns) to `domain` and its ancestors, or to the pool only when the domain is
+    /// unknown. Used on scratch copies: it is conservative, since returned GPUs may in truth
+    /// join a node's other free GPUs, which only helps. Pods bigger than any node this model
+    /// can hold are not returned at all (an unvalidated size must not allocate gigabytes).
+    pub fn add_free_nodes(&mut self, domain: Option<usize>, free: u32, n: u32) {
         let k = free as usize;
+        if n == 0 || k > MAX_NODE_GPUS.max(self.hist.len()) {
+            return;
+        }
         let add = |h: &mut Hist| {
             if h.len() <= k {
                 h.resize(k + 1, 0);
             }
-            h[k] += 1;
+            h[k] = h[k].saturating_add(n);
         };
         if let Some(d) = domain {
             add(&mut self.domains[d].hist);

@@ -226,6 +226,20 @@ fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
     }
 }
 
+/// GPUs per flavor, saturating: `WorkloadSpec::gpus_by_flavor` trusts validated input, the
+/// scheduler must not.
+fn gpus_by_flavor(w: &Workload) -> Vec<(&str, u64)> {
+    let mut out: Vec<(&str, u64)> = Vec::new();
+    for p in &w.spec.pod_sets {
+        let n = u64::from(p.count) * u64::from(p.gpus_per_pod);
+        match out.iter_mut().find(|(f, _)| *f == p.flavor) {
+            Some((_, total)) => *total = total.saturating_add(n),
+            None => out.push((p.flavor.as_str(), n)),
+        }
+    }
+    out
+}
+
 /// Seconds from `a` to `b`, zero when `b` is earlier.
 pub fn secs_between(a: DateTime<Utc>, b: DateTime<Utc>) -> u64 {
     u64::try_from((b - a).num_seconds()).unwrap_or(0)
@@ -347,7 +361,7 @@ impl<'a> Cycle<'a> {
             let queue = self.book.queue_id(&w.spec.queue);
             let class = self.prio.class(&w.spec.priority_class);
             let mut gpus: Vec<(usize, u64)> = Vec::new();
-            for (flavor, n) in w.spec.gpus_by_flavor() {
+            for (flavor, n) in gpus_by_flavor(w) {
                 if let Some(f) = self.book.flavor_id(flavor) {
                     gpus.push((f, n));
                     if let Some(q) = queue {
@@ -521,7 +535,7 @@ impl<'a> Cycle<'a> {
             match needs.last_mut() {
                 Some((lf, need)) if *lf == f => {
                     need.pods.push(pc);
-                    need.gpus += gpus;
+                    need.gpus = need.gpus.saturating_add(gpus);
                 }
                 _ => needs.push((
                     f,

@@ -196,7 +196,8 @@ impl Cycle<'_> {
                     continue;
                 }
                 for (f, n) in &r.gpus {
-                    *removed.entry((p, *f)).or_insert(0) += n;
+                    let r = removed.entry((p, *f)).or_insert(0);
+                    *r = r.saturating_add(*n);
                 }
             }
             out.push(ri);
@@ -210,9 +211,7 @@ impl Cycle<'_> {
         for &ri in victims {
             for (pi, d, pc) in &self.running[ri as usize].pods {
                 if let Some(pool) = pools.get_mut(*pi) {
-                    for _ in 0..pc.count {
-                        pool.add_free_node(*d, pc.gpus_per_pod);
-                    }
+                    pool.add_free_nodes(*d, pc.gpus_per_pod, pc.count);
                 }
             }
         }
@@ -261,9 +260,9 @@ impl Cycle<'_> {
         let mut grace = 0u64;
         for &ri in &victims {
             let r = &self.running[ri as usize];
-            let gpus: u64 = r.gpus.iter().map(|(_, n)| n).sum();
+            let gpus: u64 = r.gpus.iter().fold(0u64, |a, (_, n)| a.saturating_add(*n));
             cost.victims += 1;
-            cost.gpus += gpus;
+            cost.gpus = cost.gpus.saturating_add(gpus);
             cost.worst_tier = cost.worst_tier.max(r.tier);
             cost.work_lost_gpu_seconds = cost
                 .work_lost_gpu_seconds

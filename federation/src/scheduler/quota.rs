@@ -183,11 +183,12 @@ impl QuotaBook {
     pub fn charge(&mut self, q: usize, f: usize, gpus: u64) {
         let nf = self.nf();
         let old = self.usage[q * nf + f];
-        let new = old + gpus;
+        let new = old.saturating_add(gpus);
         self.usage[q * nf + f] = new;
         if let Some(l) = &self.limits[q * nf + f] {
             let c = self.queues[q].cohort * nf + f;
-            self.drawn[c] = self.drawn[c] - l.draw(old).min(self.drawn[c]) + l.draw(new);
+            self.drawn[c] =
+                (self.drawn[c] - l.draw(old).min(self.drawn[c])).saturating_add(l.draw(new));
         }
     }
 
@@ -204,7 +205,7 @@ impl QuotaBook {
                     short: r,
                 });
             };
-            let new = used + r;
+            let new = used.saturating_add(r);
             if let Some(ceiling) = l.ceiling
                 && new > ceiling
             {
@@ -228,7 +229,7 @@ impl QuotaBook {
             let room = self.pool[c].saturating_sub(others);
             if l.draw(new) > room {
                 // The most this queue could use right now.
-                let reachable = (l.private + room).max(l.guaranteed);
+                let reachable = l.private.saturating_add(room).max(l.guaranteed);
                 let limit = l.ceiling.map_or(reachable, |c| c.min(reachable));
                 if limit == 0
                     && let Some(until) = l.window_until
@@ -250,7 +251,7 @@ impl QuotaBook {
     pub fn within_guarantee(&self, q: usize, request: &[(usize, u64)]) -> bool {
         request.iter().all(|&(f, r)| {
             self.limit(q, f)
-                .is_some_and(|l| self.used(q, f) + r <= l.guaranteed)
+                .is_some_and(|l| self.used(q, f).saturating_add(r) <= l.guaranteed)
         })
     }
 

@@ -302,6 +302,54 @@ fn unknown_queue_and_class_do_not_panic() {
     ));
 }
 
+#[test]
+fn absurd_input_neither_panics_nor_hangs() {
+    let mut f = one(2);
+    f.clusters[0].pools[0].racks[0].nodes[0].cap = 8;
+    let mut input = f.input();
+    // Counts and sizes far beyond validation limits, a digest that does not add up.
+    input.clusters[0].digest.pools[0].counts.total = u32::MAX;
+    input.clusters[0].digest.pools[0].domains[0]
+        .counts
+        .free_histogram = vec![0, 0, 0, 0, 0, 0, 0, 0, 9];
+    let huge = workload("huge", "q", "high", "H100", u32::MAX, u32::MAX);
+    input.pending.push(super::input::PendingWorkload {
+        workload: huge.clone(),
+        submitted_at: f.now - Duration::days(400),
+        seq: 1,
+    });
+    let mut zero = workload("zero", "q", "normal", "H100", 0, 0);
+    zero.spec
+        .pod_sets
+        .push(tideway_api::PodSet::new("x", 3, 0, "H100"));
+    input.pending.push(super::input::PendingWorkload {
+        workload: zero,
+        submitted_at: f.now,
+        seq: 2,
+    });
+    let mut running = super::input::RunningWorkload {
+        workload: workload("r", "q", "low", "H100", u32::MAX, u32::MAX),
+        cluster: "c1".into(),
+        pool: "train".into(),
+        placements: Vec::new(),
+        started_at: None,
+        admitted_at: f.now,
+        last_checkpoint_at: None,
+        preemptible_after: None,
+        accounted_in_digest: false,
+        preempting_for: None,
+    };
+    input.running.push(running.clone());
+    running.workload.metadata.uid = Some("r2".into());
+    running.accounted_in_digest = true;
+    running.cluster = "gone".into();
+    input.running.push(running);
+    input.tuning.weights.binpack = f64::NAN;
+    let out = schedule(&input);
+    assert_eq!(out.decisions.len(), 2);
+    assert_eq!(out, schedule(&input));
+}
+
 // ---- preemption tiers ------------------------------------------------------------------
 
 #[test]
