@@ -12,6 +12,20 @@
 //! `preemption` (evicting in one cluster), `reservation` (big gangs), and [`decision`] /
 //! [`explain`] (what comes out). `cycle` walks the pending workloads. Only the data types and
 //! [`schedule`] are public: the rest may change without breaking the leader or the simulator.
+//!
+//! # What the caller does with the decisions
+//!
+//! The core keeps no state between cycles; the caller (leader, simulator, dry-run) carries it:
+//! - `Assign`: the workload becomes a [`RunningWorkload`] on that cluster with the decision's
+//!   `placements`, `accounted_in_digest: false` until the member's digest shows its pods (so
+//!   the next cycle does not book the same GPUs), `started_at` once the member reports it.
+//! - `Preempt`: each victim gets `preempting_for: Some(preemptor)` and stays in `running`
+//!   until it is gone (grace period, then kill); the preemptor stays pending and is reported
+//!   `WaitingForPreemption` meanwhile, with the capacity held for it. Victims go back to the
+//!   queue. The caller also counts the victims against the [`PreemptionBudget`].
+//! - `Reserve`: becomes a [`Reservation`] in the next cycle's input; a reservation not
+//!   re-emitted (the workload was assigned, or left) is dropped.
+//! - `Pending`: the reason and explanation go into the workload's status.
 
 mod capacity;
 mod cycle;

@@ -417,7 +417,12 @@ impl Cycle<'_> {
                 },
             ));
             if largest_fit_per_cluster.len() < self.tuning.max_reason_clusters {
-                largest_fit_per_cluster.insert(self.clusters[hold.cluster].name.clone(), 0);
+                let pools = &self.clusters[hold.cluster].pools;
+                let (_, largest) = need_capacity(pools, need, &flavor, self.shapes[s].kinds);
+                largest_fit_per_cluster.insert(
+                    self.clusters[hold.cluster].name.clone(),
+                    u32::try_from(largest).unwrap_or(u32::MAX),
+                );
             }
         }
         verdicts.sort_by_key(|(ci, _)| *ci);
