@@ -90,6 +90,28 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Why a workload is pending (or where it runs), with the per-cluster breakdown.
+    Explain {
+        id: String,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create or replace a Queue or PriorityClass from a YAML or JSON file.
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Queues, their quotas and pending work.
+    Queues {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// The fleet's GPU capacity: fleet, regions, flavors, clusters, pools and domains.
     Capacity {
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -287,6 +309,24 @@ impl Cli {
                     }
                 }
                 output::print_workloads(&items, output)
+            }
+            Cmd::Explain { id, output, target } => {
+                let v = Client::new(&target.addr)?.explain(&id).await?;
+                output::print_explain(&v, output)
+            }
+            Cmd::Apply { file, target } => {
+                let (body, yaml) = read_manifest(&file)?;
+                let v = Client::new(&target.addr)?.apply_raw(body, yaml).await?;
+                println!(
+                    "{}/{} configured",
+                    v["kind"].as_str().unwrap_or("object").to_lowercase(),
+                    v["metadata"]["name"].as_str().unwrap_or("?")
+                );
+                Ok(())
+            }
+            Cmd::Queues { output, target } => {
+                let v = Client::new(&target.addr)?.queues().await?;
+                output::print_queues(&v, output)
             }
             Cmd::Capacity {
                 output,

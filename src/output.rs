@@ -210,3 +210,85 @@ pub fn print_members(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result
     }
     Ok(())
 }
+
+pub fn print_explain(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    println!(
+        "workload:  {} ({})",
+        v["workload"].as_str().unwrap_or("?"),
+        v["uid"].as_str().unwrap_or("")
+    );
+    println!("phase:     {}", v["phase"].as_str().unwrap_or("?"));
+    if let Some(c) = v["cluster"].as_str() {
+        println!("cluster:   {c}");
+    }
+    println!("summary:   {}", v["summary"].as_str().unwrap_or(""));
+    if let Some(r) = v["pendingReason"].get("type").and_then(|t| t.as_str()) {
+        println!("reason:    {r}  {}", v["pendingReason"]);
+    }
+    if let Some(d) = v["decision"].as_str() {
+        println!(
+            "decision:  {d} (cycle at {})",
+            v["cycleAt"].as_str().unwrap_or("?")
+        );
+    }
+    if let Some(ex) = v["explanation"].as_object() {
+        if let Some(h) = ex.get("hint").and_then(|h| h.as_str()) {
+            println!("unblock:   {h}");
+        }
+        if let Some(cs) = ex.get("clusters").and_then(|c| c.as_array()) {
+            println!("clusters:");
+            for c in cs {
+                println!(
+                    "  {:<20} {}",
+                    c["cluster"].as_str().unwrap_or("?"),
+                    c["verdict"]
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn print_queues(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    println!(
+        "{:<20} {:<14} {:<14} {:>7} QUOTAS (flavor guaranteed/borrow/max)",
+        "NAME", "TENANT", "COHORT", "WEIGHT"
+    );
+    for q in v["items"].as_array().into_iter().flatten() {
+        let quotas: Vec<String> = q["spec"]["quotas"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                format!(
+                    "{} {}/{}/{}",
+                    f["flavor"].as_str().unwrap_or("?"),
+                    f["guaranteed"],
+                    f.get("borrowingLimit")
+                        .map(|v| v.to_string())
+                        .unwrap_or("-".into()),
+                    f.get("max").map(|v| v.to_string()).unwrap_or("-".into())
+                )
+            })
+            .collect();
+        println!(
+            "{:<20} {:<14} {:<14} {:>7} {}",
+            q["metadata"]["name"].as_str().unwrap_or("?"),
+            q["spec"]["tenant"].as_str().unwrap_or("-"),
+            q["spec"]["cohort"].as_str().unwrap_or("-"),
+            q["spec"]["fairShareWeight"],
+            if quotas.is_empty() {
+                "unlimited".to_string()
+            } else {
+                quotas.join(", ")
+            }
+        );
+    }
+    Ok(())
+}

@@ -285,6 +285,49 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Why a workload is where it is (`/v1/workloads/{id}/explain`).
+    pub async fn explain(&self, id: &str) -> Result<serde_json::Value, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/workloads/{id}/explain", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Creates or replaces a Queue or PriorityClass from a JSON or YAML document.
+    pub async fn apply_raw(
+        &self,
+        body: Vec<u8>,
+        yaml: bool,
+    ) -> Result<serde_json::Value, ClientError> {
+        let ct = if yaml {
+            "application/yaml"
+        } else {
+            "application/json"
+        };
+        let resp = self
+            .http
+            .post(format!("{}/v1/apply", self.addr))
+            .header(reqwest::header::CONTENT_TYPE, ct)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    pub async fn queues(&self) -> Result<serde_json::Value, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/queues", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     pub async fn members(&self) -> Result<serde_json::Value, ClientError> {
         let resp = self
             .http

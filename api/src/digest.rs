@@ -126,6 +126,9 @@ pub struct PoolDigest {
 pub struct DomainDigest {
     pub level: TopologyLevel,
     pub name: String,
+    /// For a rack: the zone that holds it, so the federation can nest racks in zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     pub counts: GpuCounts,
 }
 
@@ -199,16 +202,19 @@ mod tests {
                 DomainDigest {
                     level: TopologyLevel::Rack,
                     name: "a".into(),
+                    zone: None,
                     counts: a,
                 },
                 DomainDigest {
                     level: TopologyLevel::Rack,
                     name: "b".into(),
+                    zone: None,
                     counts: b,
                 },
                 DomainDigest {
                     level: TopologyLevel::Zone,
                     name: "z".into(),
+                    zone: None,
                     counts: all,
                 },
             ],

@@ -88,6 +88,7 @@ fn cluster(i: usize, rng: &mut Rng) -> (ClusterView, Vec<(String, String)>) {
         domains.push(DomainDigest {
             level: TopologyLevel::Rack,
             name: name.clone(),
+            zone: None,
             counts: counts(&free),
         });
         zones.entry(zone).or_default().extend(&free);
@@ -98,6 +99,7 @@ fn cluster(i: usize, rng: &mut Rng) -> (ClusterView, Vec<(String, String)>) {
         domains.push(DomainDigest {
             level: TopologyLevel::Zone,
             name: z,
+            zone: None,
             counts: counts(&free),
         });
     }

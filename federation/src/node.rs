@@ -137,6 +137,7 @@ impl Node {
             fault_injection: cfg.fault_injection,
             liveness: Liveness::default(),
             dispatch: cfg.dispatch.clone(),
+            last_cycle: Default::default(),
         };
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(crate::dispatcher::liveness::health_monitor(
@@ -146,12 +147,14 @@ impl Node {
             state.liveness.clone(),
             cfg.dispatch.clone(),
         )));
-        tasks.push(tokio::spawn(crate::dispatcher::router::route_loop(
+        tasks.push(tokio::spawn(crate::dispatcher::cycle::schedule_loop(
             raft.clone(),
             state.data.clone(),
             state.proposer.clone(),
             state.liveness.clone(),
             cfg.dispatch.clone(),
+            state.last_cycle.clone(),
+            state.metrics.clone(),
         )));
         let listener =
             TcpListener::bind(&cfg.listen)

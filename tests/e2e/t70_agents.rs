@@ -23,9 +23,15 @@ fn layout(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev")).join(format!("{name}.yaml"))
 }
 
+/// Training work on A100/H100 (training pools), inference on L40S (inference or shared pools).
 fn workload(name: &str, pods: u32, gpus: u32, flavor: &str) -> String {
+    let class = if flavor == "L40S" {
+        "inference"
+    } else {
+        "training"
+    };
     format!(
-        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"3600"}}}},"spec":{{"queue":"default","class":"training","podSets":[{{"name":"w","count":{pods},"gpusPerPod":{gpus},"flavor":"{flavor}"}}],"topology":{{"required":"rack"}}}}}}"#
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"3600"}}}},"spec":{{"queue":"default","class":"{class}","podSets":[{{"name":"w","count":{pods},"gpusPerPod":{gpus},"flavor":"{flavor}"}}],"topology":{{"required":"rack"}}}}}}"#
     )
 }
 

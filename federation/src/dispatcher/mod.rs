@@ -1,12 +1,12 @@
-//! Leader-only loops: member liveness and health transitions, digest coalescing, and routing
-//! pending workloads to member clusters.
+//! Leader-only loops: member liveness and health transitions, digest coalescing, and the
+//! scheduling cycle that runs the scheduler core and commits its decisions.
 //!
 //! Every node runs these tasks; each pass first checks that this node leads, so a new leader
 //! takes over at once and a deposed one stops acting. Everything they decide is proposed as a
 //! log entry, never written around Raft.
 
+pub mod cycle;
 pub mod liveness;
-pub mod router;
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub struct DispatchConfig {
     pub not_ready_after: Duration,
     /// A member's digest is replicated at most this often, unless it changes significantly.
     pub digest_interval: Duration,
-    /// How often the router looks at pending workloads.
+    /// How often the leader runs a scheduling cycle.
     pub route_interval: Duration,
 }
 

@@ -8,8 +8,9 @@
 //! on a node with `k` free GPUs moves that node from bucket `k` to bucket `k - g` in its leaf
 //! and in every ancestor, so every level stays exact.
 //!
-//! The digest does not say which zone a rack is in. It is taken from a `zone/rack` name,
-//! from there being one zone, or from a unique zone whose histogram contains the rack's;
+//! Which zone a rack is in comes from the rack's `zone` in the digest; a member that does not
+//! say is understood from a `zone/rack` name, from there being one zone, or from a unique
+//! zone whose histogram contains the rack's;
 //! when none of these settles it the pool's racks are ignored (rack-level gangs are not
 //! placed there this cycle), which can only under-admit, never double-book.
 
@@ -275,7 +276,17 @@ impl PoolState {
         // Which zone holds each rack.
         let mut rack_zone: Vec<Option<usize>> = vec![None; racks.len()];
         if !zones.is_empty() && !racks.is_empty() {
-            let mapped = if zones.len() == 1 {
+            // The member says it (`zone` on each rack): nothing to infer.
+            let declared: Option<Vec<usize>> = racks
+                .iter()
+                .map(|r| {
+                    let z = r.zone.as_ref()?;
+                    zones.iter().position(|x| &x.name == z)
+                })
+                .collect();
+            let mapped = if declared.is_some() {
+                declared
+            } else if zones.len() == 1 {
                 Some(vec![0; racks.len()])
             } else {
                 let by_name: Option<Vec<usize>> = racks
@@ -717,6 +728,7 @@ mod tests {
         DomainDigest {
             level,
             name: name.into(),
+            zone: None,
             counts: counts(hist),
         }
     }

@@ -14,6 +14,9 @@ use tideway_api::{FlavorQuota, PendingReason, Queue, QueuePreemption, WorkloadCl
 use super::hash::DetMap;
 use super::input::QuotaOverride;
 
+/// The guarantee of a queue without quotas: more than any fleet has.
+const UNLIMITED_GPUS: u32 = u32::MAX / 4;
+
 /// Effective limits of one queue for one flavor.
 #[derive(Debug, Clone)]
 pub struct Limit {
@@ -129,6 +132,20 @@ impl QuotaBook {
                 classes: q.spec.classes.clone(),
             });
             let mut limits = vec![None; nf];
+            if q.spec.quotas.is_empty() {
+                // A queue that names no quotas is not quota-limited (the bootstrap `default`
+                // queue): it competes on priority and fair share only, and lends nothing.
+                for (f, flavor) in book.flavors.iter().enumerate() {
+                    let unlimited = FlavorQuota {
+                        flavor: flavor.clone(),
+                        guaranteed: UNLIMITED_GPUS,
+                        borrowing_limit: None,
+                        lending_limit: Some(0),
+                        max: None,
+                    };
+                    limits[f] = Some(Limit::from_quota(&unlimited, None));
+                }
+            }
             for fq in &q.spec.quotas {
                 if let Some(&f) = book.flavor_ids.get(&fq.flavor) {
                     limits[f] = Some(Limit::from_quota(fq, None));

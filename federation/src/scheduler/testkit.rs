@@ -219,6 +219,7 @@ impl SimCluster {
                     .map(|r| DomainDigest {
                         level: TopologyLevel::Rack,
                         name: r.name.clone(),
+                        zone: None,
                         counts: counts(&r.nodes.iter().collect::<Vec<_>>()),
                     })
                     .collect();
@@ -235,6 +236,7 @@ impl SimCluster {
                     domains.push(DomainDigest {
                         level: TopologyLevel::Zone,
                         name: z.into(),
+                        zone: None,
                         counts: counts(&nodes),
                     });
                 }

@@ -114,6 +114,47 @@ pub(crate) async fn to_leader<Req: Serialize>(
     }
 }
 
+/// Sends a read on to the leader (for answers only the leader has in memory).
+pub(crate) async fn get_from_leader(
+    st: &AppState,
+    path: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let leader = st
+        .raft
+        .current_leader()
+        .await
+        .ok_or_else(|| ApiError::Unavailable("no leader is known".into()))?;
+    let addr = st
+        .forwarder
+        .addr_of(leader)
+        .ok_or_else(|| ApiError::Unavailable(format!("no address for leader {leader}")))?;
+    let http = tideway_api::http::client_builder()
+        .build()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let resp = http
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("asking leader {leader}: {e}")))?;
+    let status = resp.status();
+    let v: serde_json::Value = resp
+        .json()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")))?;
+    if status.is_success() {
+        Ok(v)
+    } else if status.as_u16() == 404 {
+        Err(ApiError::NotFound(
+            v["detail"].as_str().unwrap_or("not found").to_string(),
+        ))
+    } else {
+        Err(ApiError::Unavailable(format!(
+            "leader {leader} answered {status}: {v}"
+        )))
+    }
+}
+
 /// Adds a node: first as a learner that catches up, then as a voter.
 pub async fn join(
     State(st): State<AppState>,

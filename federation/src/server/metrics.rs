@@ -16,6 +16,11 @@ use prometheus_client::registry::Registry;
 use super::AppState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -29,6 +34,11 @@ pub struct Metrics {
     last_applied: Gauge<i64, AtomicI64>,
     log_syncs: Counter<u64, AtomicU64>,
     log_entries: Counter<u64, AtomicU64>,
+    cycle_seconds: Histogram,
+    assign_latency: Histogram,
+    queue_depth: Family<QueueLabel, Gauge<i64, AtomicI64>>,
+    preemptions: Counter<u64, AtomicU64>,
+    reroutes: Counter<u64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -68,8 +78,43 @@ impl Default for Metrics {
             "Log entries appended",
             log_entries.clone(),
         );
+        let cycle_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "scheduler_cycle_seconds",
+            "Time the scheduler core took for one cycle",
+            cycle_seconds.clone(),
+        );
+        let assign_latency = Histogram::new(exponential_buckets(0.05, 2.0, 18));
+        registry.register(
+            "workload_submit_to_assign_seconds",
+            "Time from submission to assignment to a member cluster",
+            assign_latency.clone(),
+        );
+        let queue_depth = Family::<QueueLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "queue_pending_workloads",
+            "Pending workloads per queue",
+            queue_depth.clone(),
+        );
+        let preemptions = Counter::default();
+        registry.register(
+            "preemptions",
+            "Workloads sent a preemption notice",
+            preemptions.clone(),
+        );
+        let reroutes = Counter::default();
+        registry.register(
+            "reroutes",
+            "Workloads assigned again after a failed or evicted attempt",
+            reroutes.clone(),
+        );
         Self {
             registry,
+            cycle_seconds,
+            assign_latency,
+            queue_depth,
+            preemptions,
+            reroutes,
             submissions,
             submit_latency,
             term,
@@ -88,6 +133,27 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    pub fn observe_cycle(&self, d: Duration, depth: &std::collections::BTreeMap<String, i64>) {
+        self.cycle_seconds.observe(d.as_secs_f64());
+        for (q, n) in depth {
+            self.queue_depth
+                .get_or_create(&QueueLabel { queue: q.clone() })
+                .set(*n);
+        }
+    }
+
+    pub fn observe_assign(&self, d: Duration) {
+        self.assign_latency.observe(d.as_secs_f64());
+    }
+
+    pub fn reroute(&self) {
+        self.reroutes.inc();
+    }
+
+    pub fn preempted(&self, n: usize) {
+        self.preemptions.inc_by(n as u64);
     }
 
     pub fn observe_submit(&self, d: Duration) {

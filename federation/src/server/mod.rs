@@ -1,8 +1,10 @@
 //! The federation node's HTTP server: the public API (`/v1`), the Raft transport (`/raft`),
 //! forwarding endpoints between nodes (`/internal`), metrics and health.
 
+pub mod apply;
 pub mod cluster;
 pub mod error;
+pub mod explain;
 pub mod internal;
 pub mod members;
 pub mod metrics;
@@ -43,6 +45,8 @@ pub struct AppState {
     pub fault_injection: bool,
     pub liveness: Liveness,
     pub dispatch: DispatchConfig,
+    /// The leader's last scheduling cycle, for `explain`.
+    pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
 }
 
 impl AppState {
@@ -97,6 +101,8 @@ pub fn router(state: AppState) -> Router {
             post(workloads::submit).get(workloads::list),
         )
         .route("/v1/workloads/{id}", get(workloads::get_one))
+        .route("/v1/workloads/{id}/explain", get(explain::explain))
+        .route("/v1/apply", post(apply::apply))
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/priorityclasses", get(workloads::list_priority_classes))
         .route("/v1/members", get(members::list))

@@ -62,6 +62,11 @@ pub enum Command {
         pool: Option<String>,
         at: DateTime<Utc>,
     },
+    /// One scheduling cycle's decisions.
+    ApplyCycle {
+        decisions: Box<super::scheduling::CycleDecisions>,
+        at: DateTime<Utc>,
+    },
     /// Status transitions reported by a member's agent.
     ReportStatus {
         cluster: String,

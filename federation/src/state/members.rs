@@ -186,7 +186,9 @@ impl FederationState {
             else {
                 continue;
             };
-            if rec.assignment.attempt != st.attempt || rec.desired != Desired::Run {
+            let preempting = matches!(rec.desired, Desired::Preempt { .. });
+            if rec.assignment.attempt != st.attempt || !(rec.desired == Desired::Run || preempting)
+            {
                 continue;
             }
             let Some(name) = self.uids.get(&st.uid) else {
@@ -243,6 +245,11 @@ impl FederationState {
                     rec.desired = Desired::Cancel;
                     rec.revision = index;
                 }
+            }
+            if status.phase != WorkloadPhase::Running && status.phase != WorkloadPhase::Assigned {
+                // Done with this placement: evicted, finished, failed or requeued.
+                self.scheduling.preempting.remove(&st.uid);
+                self.scheduling.placements.remove(&st.uid);
             }
             w.metadata.resource_version = Some(index);
             changed += 1;

@@ -6,6 +6,7 @@
 pub mod bootstrap;
 pub mod command;
 pub mod members;
+pub mod scheduling;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,6 +43,9 @@ pub struct FederationState {
     pub members: members::Members,
     /// Assignments by member cluster, then by workload UID.
     pub assignments: BTreeMap<String, BTreeMap<String, tideway_api::agent::AssignmentRecord>>,
+    /// Reservations, placements and preemptions of the scheduler.
+    #[serde(default)]
+    pub scheduling: scheduling::SchedulingState,
     /// The latest time any applied command carried; apply never looks at a clock.
     pub clock: Option<DateTime<Utc>>,
 }
@@ -66,6 +70,7 @@ impl Default for FederationState {
             priority_classes,
             members: BTreeMap::new(),
             assignments: BTreeMap::new(),
+            scheduling: Default::default(),
             clock: None,
         }
     }
@@ -150,6 +155,10 @@ impl FederationState {
             } => {
                 self.tick(at);
                 self.assign(&workload, &cluster, pool, at, index)
+            }
+            Command::ApplyCycle { decisions, at } => {
+                self.tick(at);
+                self.apply_cycle(*decisions, at, index)
             }
             Command::ReportStatus { cluster, statuses } => {
                 self.report_status(&cluster, statuses, index)

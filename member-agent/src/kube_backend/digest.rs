@@ -68,6 +68,9 @@ pub fn build_digest(
                 .entry((TopologyLevel::Rack, rack.clone()))
                 .or_default()
                 .add(&n.counts);
+            if let Some(zone) = &n.zone {
+                acc.rack_zone.insert(rack.clone(), zone.clone());
+            }
         }
     }
     CapacityDigest {
@@ -85,6 +88,9 @@ pub fn build_digest(
                     .into_iter()
                     .map(|((level, name), counts)| DomainDigest {
                         level,
+                        zone: (level == TopologyLevel::Rack)
+                            .then(|| acc.rack_zone.get(&name).cloned())
+                            .flatten(),
                         name,
                         counts,
                     })
@@ -99,6 +105,8 @@ struct PoolAcc {
     all: GpuCounts,
     /// Keyed by (level, name) so the output order is deterministic: racks, then zones.
     domains: BTreeMap<(TopologyLevel, String), GpuCounts>,
+    /// Rack → the zone of its nodes.
+    rack_zone: BTreeMap<String, String>,
 }
 
 /// GPUs requested by the pods on each node.

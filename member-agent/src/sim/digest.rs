@@ -20,6 +20,7 @@ struct PoolAccumulator<'a> {
     counts: GpuCounts,
     zones: BTreeMap<&'a str, GpuCounts>,
     racks: BTreeMap<&'a str, GpuCounts>,
+    rack_zone: BTreeMap<&'a str, &'a str>,
 }
 
 /// The digest of `cluster` as of `now`; deterministic (pools, zones and racks by name).
@@ -30,12 +31,14 @@ pub fn capacity_digest(cluster: &SimCluster, now: DateTime<Utc>) -> CapacityDige
         add_node(&mut acc.counts, node);
         add_node(acc.zones.entry(&node.zone).or_default(), node);
         add_node(acc.racks.entry(&node.rack).or_default(), node);
+        acc.rack_zone.insert(&node.rack, &node.zone);
     }
     let pools = pools
         .into_iter()
         .filter_map(|((pool, flavor), acc)| {
             // Every node's pool has a kind: the inventory guarantees it.
             let kind = *cluster.pools().get(pool)?;
+            let rack_zone = acc.rack_zone;
             let domains = acc
                 .zones
                 .into_iter()
@@ -48,6 +51,9 @@ pub fn capacity_digest(cluster: &SimCluster, now: DateTime<Utc>) -> CapacityDige
                 .map(|(level, name, counts)| DomainDigest {
                     level,
                     name: name.to_owned(),
+                    zone: (level == TopologyLevel::Rack)
+                        .then(|| rack_zone.get(name).map(|z| z.to_string()))
+                        .flatten(),
                     counts,
                 })
                 .collect();

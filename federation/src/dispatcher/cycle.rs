@@ -1,0 +1,308 @@
+//! The leader's scheduling loop: the scheduler core over the replicated state, its decisions
+//! committed as one batched entry per cycle.
+//!
+//! The core is pure, so the loop only translates: state → `SchedulerInput`, and
+//! `SchedulerOutput` → `ApplyCycle`. The last output is kept in memory on the leader; it is
+//! what `explain` answers from.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use chrono::{DateTime, Duration, Utc};
+use tideway_api::WorkloadPhase;
+use tideway_api::agent::Desired;
+
+use super::DispatchConfig;
+use super::liveness::Liveness;
+use crate::proposer::Proposer;
+use crate::raft::state_machine::StateMachineData;
+use crate::raft::types::Raft;
+use crate::scheduler::{
+    ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
+    SchedulerOutput, SchedulerTuning, schedule,
+};
+use crate::server::metrics::Metrics;
+use crate::state::FederationState;
+use crate::state::command::Command;
+use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision};
+
+/// A workload is not preempted again within this long of starting.
+pub const MIN_RUNTIME_BEFORE_PREEMPTION_SECS: i64 = 600;
+
+/// The last cycle the leader ran, for `explain`.
+#[derive(Debug)]
+pub struct LastCycle {
+    pub at: DateTime<Utc>,
+    pub output: SchedulerOutput,
+    /// Pending workload UID → index into `output.decisions`.
+    pub by_uid: BTreeMap<String, usize>,
+}
+
+pub type LastCycleSlot = Arc<RwLock<Option<Arc<LastCycle>>>>;
+
+/// The scheduler's view of the replicated state at `now`.
+pub fn build_input(
+    state: &FederationState,
+    latest: impl Fn(&str) -> Option<tideway_api::digest::CapacityDigest>,
+    now: DateTime<Utc>,
+    cycle: u64,
+) -> SchedulerInput {
+    let settings = tideway_api::SchedulerSettings::default();
+    let mut clusters = Vec::new();
+    let mut digest_at = BTreeMap::new();
+    for (name, rec) in &state.members {
+        let Some(digest) = latest(name).or_else(|| rec.digest.clone()) else {
+            continue;
+        };
+        digest_at.insert(name.clone(), digest.generated_at);
+        clusters.push(ClusterView {
+            name: name.clone(),
+            region: rec.cluster.spec.region.clone(),
+            ready: rec
+                .cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.accepts_work()),
+            digest,
+        });
+    }
+    let mut pending = Vec::new();
+    let mut running = Vec::new();
+    for (seq, name) in &state.order {
+        let Some(w) = state.workloads.get(name) else {
+            continue;
+        };
+        let Some(st) = &w.status else { continue };
+        match st.phase {
+            WorkloadPhase::Pending => pending.push(PendingWorkload {
+                workload: w.clone(),
+                submitted_at: st.submitted_at.unwrap_or(now),
+                seq: *seq,
+            }),
+            WorkloadPhase::Assigned | WorkloadPhase::Running => {
+                let Some(cluster) = st.cluster.clone() else {
+                    continue;
+                };
+                let uid = w.metadata.uid.clone().unwrap_or_default();
+                let rec = state.assignments.get(&cluster).and_then(|m| m.get(&uid));
+                let admitted_at = st.admitted_at.unwrap_or(now);
+                running.push(RunningWorkload {
+                    workload: w.clone(),
+                    pool: rec
+                        .and_then(|r| r.assignment.pool.clone())
+                        .unwrap_or_default(),
+                    placements: state
+                        .scheduling
+                        .placements
+                        .get(&uid)
+                        .cloned()
+                        .unwrap_or_default(),
+                    started_at: st.started_at,
+                    admitted_at,
+                    last_checkpoint_at: w
+                        .spec
+                        .checkpoint
+                        .as_ref()
+                        .and_then(|c| c.last_checkpoint_at),
+                    preemptible_after: st
+                        .started_at
+                        .map(|s| s + Duration::seconds(MIN_RUNTIME_BEFORE_PREEMPTION_SECS)),
+                    // Its pods are in the digest only if the digest was taken after they
+                    // started (both times come from the member's clock). Until then the
+                    // scheduler takes its GPUs itself: at worst counted twice for a moment,
+                    // never booked twice.
+                    accounted_in_digest: st
+                        .started_at
+                        .zip(digest_at.get(&cluster))
+                        .is_some_and(|(s, d)| s <= *d),
+                    preempting_for: rec
+                        .filter(|r| matches!(r.desired, Desired::Preempt { .. }))
+                        .and_then(|_| state.scheduling.preempting.get(&uid).cloned()),
+                    cluster,
+                });
+            }
+            _ => {}
+        }
+    }
+    let window = Duration::seconds(60);
+    let recent: Vec<_> = state
+        .scheduling
+        .evictions
+        .iter()
+        .filter(|t| **t > now - window)
+        .collect();
+    let preemption_budget = PreemptionBudget {
+        window_seconds: 60,
+        max: settings.max_preemptions_per_minute,
+        used_in_window: recent.len() as u32,
+        refills_at: recent.first().map(|t| **t + window),
+    };
+    SchedulerInput {
+        now,
+        seed: settings.tie_break_seed ^ cycle,
+        tuning: SchedulerTuning::default(),
+        queues: state.queues.values().cloned().collect(),
+        priority_classes: state.priority_classes.values().cloned().collect(),
+        clusters,
+        pending,
+        running,
+        reservations: state.scheduling.reservations.clone(),
+        preemption_budget,
+        quota_overrides: Vec::new(),
+        settings,
+    }
+}
+
+/// The log entry for a cycle's output: only what changes the state.
+pub fn decisions_of(
+    state: &FederationState,
+    out: &SchedulerOutput,
+    now: DateTime<Utc>,
+) -> CycleDecisions {
+    let mut d = CycleDecisions::default();
+    for dec in &out.decisions {
+        match dec {
+            Decision::Assign {
+                uid,
+                cluster,
+                pool,
+                placements,
+            } => {
+                if let Some(name) = state.uids.get(uid) {
+                    d.assign.push(AssignDecision {
+                        workload: name.clone(),
+                        cluster: cluster.clone(),
+                        pool: pool.clone(),
+                        placements: placements.clone(),
+                    });
+                }
+            }
+            Decision::Preempt {
+                preemptor,
+                victims,
+                cluster,
+                grace_seconds,
+                ..
+            } => d.preempt.push(PreemptDecision {
+                preemptor: preemptor.clone(),
+                cluster: cluster.clone(),
+                victims: victims.clone(),
+                grace_seconds: *grace_seconds,
+            }),
+            Decision::Reserve {
+                uid,
+                cluster,
+                expected_start,
+                ..
+            } => d.reservations.push(crate::scheduler::Reservation {
+                uid: uid.clone(),
+                cluster: cluster.clone(),
+                expected_start: *expected_start,
+                created_at: state
+                    .scheduling
+                    .reservations
+                    .iter()
+                    .find(|r| &r.uid == uid && &r.cluster == cluster)
+                    .map(|r| r.created_at)
+                    .unwrap_or(now),
+            }),
+            Decision::Pending { .. } => {}
+        }
+        if let Some(reason) = dec.pending_reason()
+            && let Some(name) = state.uids.get(dec.uid())
+            && let Some(w) = state.workloads.get(name)
+            && w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) != Some(&reason)
+        {
+            d.reasons.push((name.clone(), reason));
+        }
+    }
+    d
+}
+
+/// Runs a cycle every `route_interval` on the leader.
+pub async fn schedule_loop(
+    raft: Raft,
+    data: Arc<RwLock<StateMachineData>>,
+    proposer: Proposer,
+    live: Liveness,
+    cfg: DispatchConfig,
+    last: LastCycleSlot,
+    metrics: Arc<Metrics>,
+) {
+    let mut tick = tokio::time::interval(cfg.route_interval);
+    let mut cycle = 0u64;
+    loop {
+        tick.tick().await;
+        if !raft.is_leader() {
+            continue;
+        }
+        cycle += 1;
+        let now = Utc::now();
+        let input = {
+            let Ok(d) = data.read() else { continue };
+            build_input(&d.state, |n| live.latest_digest(n), now, cycle)
+        };
+        let depth = queue_depths(&input);
+        let started = Instant::now();
+        let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
+            continue;
+        };
+        metrics.observe_cycle(started.elapsed(), &depth);
+        let decisions = {
+            let Ok(d) = data.read() else { continue };
+            let decisions = decisions_of(&d.state, &output, now);
+            for a in &decisions.assign {
+                if let Some(w) = d.state.workloads.get(&a.workload)
+                    && let Some(st) = &w.status
+                {
+                    if let Some(sub) = st.submitted_at {
+                        metrics.observe_assign((now - sub).to_std().unwrap_or_default());
+                    }
+                    if st.attempts > 0 {
+                        metrics.reroute();
+                    }
+                }
+            }
+            decisions
+        };
+        metrics.preempted(decisions.preempt.iter().map(|p| p.victims.len()).sum());
+        let by_uid = output
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.uid().to_string(), i))
+            .collect();
+        if let Ok(mut slot) = last.write() {
+            *slot = Some(Arc::new(LastCycle {
+                at: now,
+                output,
+                by_uid,
+            }));
+        }
+        if decisions.is_empty() && decisions.reservations.is_empty() {
+            continue;
+        }
+        if let Err(e) = proposer
+            .propose(Command::ApplyCycle {
+                decisions: Box::new(decisions),
+                at: now,
+            })
+            .await
+        {
+            tracing::warn!(error = %e, "could not commit a scheduling cycle");
+        }
+    }
+}
+
+fn queue_depths(input: &SchedulerInput) -> BTreeMap<String, i64> {
+    let mut m: BTreeMap<String, i64> = input
+        .queues
+        .iter()
+        .map(|q| (q.metadata.name.clone(), 0))
+        .collect();
+    for p in &input.pending {
+        *m.entry(p.workload.spec.queue.clone()).or_default() += 1;
+    }
+    m
+}

@@ -1,0 +1,103 @@
+//! `GET /v1/workloads/{id}/explain`: why a workload is where it is.
+//!
+//! The leader keeps the last scheduling cycle's output; the explanation is that cycle's
+//! decision for the workload (per-cluster breakdown and what would unblock it) next to the
+//! replicated pending reason. A follower asks the leader.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Serialize;
+use tideway_api::{PendingReason, WorkloadPhase};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::scheduler::{Decision, Explanation};
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainResponse {
+    pub workload: String,
+    pub uid: String,
+    pub phase: WorkloadPhase,
+    pub cluster: Option<String>,
+    pub message: Option<String>,
+    /// The replicated reason (what `get` shows).
+    pub pending_reason: Option<PendingReason>,
+    /// What the last cycle decided for it and why, if it was pending then.
+    pub decision: Option<String>,
+    pub explanation: Option<Explanation>,
+    /// Human-readable summary, for the CLI.
+    pub summary: String,
+    pub cycle_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub async fn explain(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !st.raft.is_leader() {
+        let v =
+            super::cluster::get_from_leader(&st, &format!("/v1/workloads/{id}/explain")).await?;
+        return Ok(Json(v));
+    }
+    st.read_barrier(false).await?;
+    let w = st
+        .read(|d| d.state.workload(&id).cloned())?
+        .ok_or_else(|| ApiError::NotFound(format!("workload '{id}' not found")))?;
+    let uid = w.metadata.uid.clone().unwrap_or_default();
+    let status = w.status.clone().unwrap_or_default();
+    let last = st.last_cycle.read().ok().and_then(|s| s.clone());
+    let (decision, explanation, cycle_at) = match &last {
+        Some(l) => match l.by_uid.get(&uid).and_then(|i| l.output.decisions.get(*i)) {
+            Some(d) => {
+                let (kind, ex) = match d {
+                    Decision::Assign { cluster, .. } => (format!("assign to {cluster}"), None),
+                    Decision::Preempt {
+                        victims, cluster, ..
+                    } => (
+                        format!("preempt {} workload(s) on {cluster}", victims.len()),
+                        None,
+                    ),
+                    Decision::Reserve {
+                        cluster,
+                        expected_start,
+                        explanation,
+                        ..
+                    } => (
+                        format!("reserve {cluster} from {expected_start}"),
+                        Some((**explanation).clone()),
+                    ),
+                    Decision::Pending { explanation, .. } => {
+                        ("keep pending".to_string(), Some((**explanation).clone()))
+                    }
+                };
+                (Some(kind), ex, Some(l.at))
+            }
+            None => (None, None, Some(l.at)),
+        },
+        None => (None, None, None),
+    };
+    let summary = match (&status.phase, &status.pending_reason, &explanation) {
+        (WorkloadPhase::Pending, Some(r), Some(e)) => format!("{r}. {}", e.hint),
+        (WorkloadPhase::Pending, Some(r), None) => r.to_string(),
+        (phase, _, _) => match &status.cluster {
+            Some(c) => format!("{phase:?} on {c}"),
+            None => format!("{phase:?}"),
+        },
+    };
+    let resp = ExplainResponse {
+        workload: w.metadata.name.clone(),
+        uid,
+        phase: status.phase,
+        cluster: status.cluster.clone(),
+        message: status.message.clone(),
+        pending_reason: status.pending_reason.clone(),
+        decision,
+        explanation,
+        summary,
+        cycle_at,
+    };
+    serde_json::to_value(resp)
+        .map(Json)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}

@@ -1,0 +1,145 @@
+//! What a scheduling cycle decided, applied as one log entry.
+//!
+//! The leader runs the pure scheduler core over the replicated state and proposes its
+//! decisions in one `ApplyCycle` command: assignments, preemptions (a checkpoint notice to the
+//! victims' agents), the reservations for big gangs, and the pending reasons that changed.
+//! Apply re-checks each decision against the state at its log position, so a decision made on
+//! a state that moved on in the meantime is dropped, never half-applied.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use tideway_api::agent::Desired;
+use tideway_api::{PendingReason, WorkloadPhase};
+
+use super::FederationState;
+use super::command::CommandResult;
+use crate::scheduler::{PoolPlacement, Reservation};
+
+/// Evictions are remembered this long, for the preemption budget's window.
+pub const PREEMPTION_MEMORY_SECS: i64 = 3600;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleDecisions {
+    pub assign: Vec<AssignDecision>,
+    pub preempt: Vec<PreemptDecision>,
+    /// The whole set of live reservations after this cycle.
+    pub reservations: Vec<Reservation>,
+    /// Workload name → its new pending reason; only the ones that changed.
+    pub reasons: Vec<(String, PendingReason)>,
+}
+
+impl CycleDecisions {
+    pub fn is_empty(&self) -> bool {
+        self.assign.is_empty() && self.preempt.is_empty() && self.reasons.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignDecision {
+    /// Workload name.
+    pub workload: String,
+    pub cluster: String,
+    pub pool: String,
+    pub placements: Vec<PoolPlacement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptDecision {
+    /// UID of the workload the victims make room for.
+    pub preemptor: String,
+    pub cluster: String,
+    /// Victim UIDs, all on `cluster`.
+    pub victims: Vec<String>,
+    pub grace_seconds: u64,
+}
+
+/// Scheduler bookkeeping that lives in the replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingState {
+    pub reservations: Vec<Reservation>,
+    /// Where each assigned workload's pods went (by UID), as the scheduler decided.
+    pub placements: BTreeMap<String, Vec<PoolPlacement>>,
+    /// Victim UID → the preemptor it is making room for, while its notice runs.
+    pub preempting: BTreeMap<String, String>,
+    /// Times of recent evictions, oldest first.
+    pub evictions: Vec<DateTime<Utc>>,
+}
+
+impl FederationState {
+    pub(super) fn apply_cycle(
+        &mut self,
+        d: CycleDecisions,
+        at: DateTime<Utc>,
+        index: u64,
+    ) -> CommandResult {
+        let mut changed = 0u32;
+        for a in d.assign {
+            let uid = self
+                .workloads
+                .get(&a.workload)
+                .and_then(|w| w.metadata.uid.clone());
+            if let CommandResult::Created { .. } =
+                self.assign(&a.workload, &a.cluster, Some(a.pool), at, index)
+            {
+                if let Some(uid) = uid {
+                    self.scheduling.placements.insert(uid, a.placements);
+                }
+                changed += 1;
+            }
+        }
+        for p in d.preempt {
+            for victim in &p.victims {
+                let Some(rec) = self
+                    .assignments
+                    .get_mut(&p.cluster)
+                    .and_then(|m| m.get_mut(victim))
+                else {
+                    continue;
+                };
+                if rec.desired != Desired::Run {
+                    continue;
+                }
+                rec.desired = Desired::Preempt {
+                    grace_seconds: p.grace_seconds,
+                };
+                rec.revision = index;
+                self.scheduling
+                    .preempting
+                    .insert(victim.clone(), p.preemptor.clone());
+                self.scheduling.evictions.push(at);
+                if let Some(w) = self
+                    .uids
+                    .get(victim)
+                    .and_then(|n| self.workloads.get_mut(n))
+                    && let Some(st) = w.status.as_mut()
+                {
+                    st.message = Some(format!(
+                        "preempted for {}: checkpoint and stop within {} s",
+                        p.preemptor, p.grace_seconds
+                    ));
+                    w.metadata.resource_version = Some(index);
+                }
+                changed += 1;
+            }
+        }
+        let horizon = at - Duration::seconds(PREEMPTION_MEMORY_SECS);
+        self.scheduling.evictions.retain(|t| *t >= horizon);
+        self.scheduling.reservations = d.reservations;
+        for (name, reason) in d.reasons {
+            if let Some(w) = self.workloads.get_mut(&name)
+                && let Some(st) = w.status.as_mut()
+                && st.phase == WorkloadPhase::Pending
+                && st.pending_reason.as_ref() != Some(&reason)
+            {
+                st.pending_reason = Some(reason);
+                changed += 1;
+            }
+        }
+        CommandResult::Updated { count: changed }
+    }
+}
