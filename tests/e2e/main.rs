@@ -10,3 +10,4 @@ mod t40_partition;
 mod t50_bad_input;
 mod t60_cli;
 mod t70_agents;
+mod t80_scheduling;

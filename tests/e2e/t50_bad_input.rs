@@ -6,15 +6,28 @@ use serde_json::Value;
 use crate::common::*;
 
 async fn post(addr: &str, body: Vec<u8>, content_type: &str) -> (u16, String, Value) {
-    let resp = tideway_api::http::client_builder()
-        .build()
-        .expect("http client")
-        .post(format!("http://{addr}/v1/workloads"))
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .expect("the server answers");
+    // A server refusing a large body answers and closes while the client may still be
+    // writing; the client then sometimes sees a broken pipe instead of the answer. Retry a
+    // few times to read the answer itself (an answer, whatever it is, returns at once).
+    let mut last = None;
+    for _ in 0..5 {
+        match tideway_api::http::client_builder()
+            .build()
+            .expect("http client")
+            .post(format!("http://{addr}/v1/workloads"))
+            .header("content-type", content_type)
+            .body(body.clone())
+            .send()
+            .await
+        {
+            Ok(resp) => return read(resp).await,
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("the server never answered: {last:?}");
+}
+
+async fn read(resp: reqwest::Response) -> (u16, String, Value) {
     let status = resp.status().as_u16();
     let ct = resp
         .headers()
