@@ -27,6 +27,10 @@ use crate::state::FederationState;
 use crate::state::command::Command;
 use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision};
 
+/// Most changed pending reasons written per cycle: a backlog of 100,000 new workloads gets
+/// its reasons over a few cycles instead of in one multi-megabyte entry.
+pub const MAX_REASONS_PER_CYCLE: usize = 2000;
+
 /// A workload is not preempted again within this long of starting.
 pub const MIN_RUNTIME_BEFORE_PREEMPTION_SECS: i64 = 600;
 
@@ -209,7 +213,8 @@ pub fn decisions_of(
             }),
             Decision::Pending { .. } => {}
         }
-        if let Some(reason) = dec.pending_reason()
+        if d.reasons.len() < MAX_REASONS_PER_CYCLE
+            && let Some(reason) = dec.pending_reason()
             && let Some(name) = state.uids.get(dec.uid())
             && let Some(w) = state.workloads.get(name)
             && w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) != Some(&reason)
@@ -230,10 +235,11 @@ pub async fn schedule_loop(
     last: LastCycleSlot,
     metrics: Arc<Metrics>,
 ) {
-    let mut tick = tokio::time::interval(cfg.route_interval);
     let mut cycle = 0u64;
+    let mut pause = cfg.route_interval;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(pause).await;
+        pause = cfg.route_interval;
         if !raft.is_leader() {
             continue;
         }
@@ -248,7 +254,11 @@ pub async fn schedule_loop(
         let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
             continue;
         };
-        metrics.observe_cycle(started.elapsed(), &depth);
+        let took = started.elapsed();
+        metrics.observe_cycle(took, &depth);
+        // Scheduling never takes more than about a fifth of a core, however large the
+        // backlog: the leader's first duty is to commit.
+        pause = pause.max(took * 4);
         let decisions = {
             let Ok(d) = data.read() else { continue };
             let decisions = decisions_of(&d.state, &output, now);
