@@ -247,6 +247,17 @@ pub async fn schedule_loop(
         let now = Utc::now();
         let input = {
             let Ok(d) = data.read() else { continue };
+            // Without a Ready member nothing can be placed or preempted: skip the cycle
+            // rather than copy the whole backlog to learn that.
+            let any_ready = d.state.members.values().any(|m| {
+                m.cluster
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.accepts_work())
+            });
+            if !any_ready {
+                continue;
+            }
             build_input(&d.state, |n| live.latest_digest(n), now, cycle)
         };
         let depth = queue_depths(&input);

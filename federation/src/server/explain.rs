@@ -77,7 +77,18 @@ pub async fn explain(
         },
         None => (None, None, None),
     };
+    let no_member_ready = st.read(|d| {
+        !d.state.members.values().any(|m| {
+            m.cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.accepts_work())
+        })
+    })?;
     let summary = match (&status.phase, &status.pending_reason, &explanation) {
+        (WorkloadPhase::Pending, _, None) if no_member_ready => {
+            "no member cluster is Ready: nothing can run until an agent registers".to_string()
+        }
         (WorkloadPhase::Pending, Some(r), Some(e)) => format!("{r}. {}", e.hint),
         (WorkloadPhase::Pending, Some(r), None) => r.to_string(),
         (phase, _, _) => match &status.cluster {
