@@ -31,6 +31,11 @@ impl Forwarder {
         Self { raft, http, filter }
     }
 
+    /// The connection pool shared by everything this node sends to its peers.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// The API address of a member, from the current membership.
     pub fn addr_of(&self, id: NodeId) -> Option<String> {
         let m = crate::raft::metrics(&self.raft).membership_config;

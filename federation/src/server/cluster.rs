@@ -72,52 +72,14 @@ pub struct RemoveRequest {
     pub id: NodeId,
 }
 
-/// Sends a cluster operation on to the leader when this node does not lead.
-pub(crate) async fn to_leader<Req: Serialize>(
+/// Sends a request on to the leader and relays its JSON answer; a 404 stays a 404 (a member
+/// that must register again needs to hear exactly that), anything else refused is a 503.
+async fn relay(
     st: &AppState,
+    method: reqwest::Method,
     path: &str,
-    req: &Req,
-) -> Result<Option<serde_json::Value>, ApiError> {
-    if st.raft.is_leader() {
-        return Ok(None);
-    }
-    let leader = st
-        .raft
-        .current_leader()
-        .await
-        .ok_or_else(|| ApiError::Unavailable("no leader is known".into()))?;
-    let addr = st
-        .forwarder
-        .addr_of(leader)
-        .ok_or_else(|| ApiError::Unavailable(format!("no address for leader {leader}")))?;
-    let http = tideway_api::http::client_builder()
-        .build()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let resp = http
-        .post(format!("http://{addr}{path}"))
-        .json(req)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("forwarding to leader {leader}: {e}")))?;
-    let ok = resp.status().is_success();
-    let v: serde_json::Value = resp
-        .json()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")))?;
-    if ok {
-        Ok(Some(v))
-    } else {
-        Err(ApiError::Unavailable(format!(
-            "leader {leader} refused: {v}"
-        )))
-    }
-}
-
-/// Sends a read on to the leader (for answers only the leader has in memory).
-pub(crate) async fn get_from_leader(
-    st: &AppState,
-    path: &str,
+    body: Option<serde_json::Value>,
+    timeout: Duration,
 ) -> Result<serde_json::Value, ApiError> {
     let leader = st
         .raft
@@ -128,15 +90,18 @@ pub(crate) async fn get_from_leader(
         .forwarder
         .addr_of(leader)
         .ok_or_else(|| ApiError::Unavailable(format!("no address for leader {leader}")))?;
-    let http = tideway_api::http::client_builder()
-        .build()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let resp = http
-        .get(format!("http://{addr}{path}"))
-        .timeout(Duration::from_secs(30))
+    let mut req = st
+        .forwarder
+        .http()
+        .request(method, format!("http://{addr}{path}"))
+        .timeout(timeout);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req
         .send()
         .await
-        .map_err(|e| ApiError::Unavailable(format!("asking leader {leader}: {e}")))?;
+        .map_err(|e| ApiError::Unavailable(format!("forwarding to leader {leader}: {e}")))?;
     let status = resp.status();
     let v: serde_json::Value = resp
         .json()
@@ -153,6 +118,42 @@ pub(crate) async fn get_from_leader(
             "leader {leader} answered {status}: {v}"
         )))
     }
+}
+
+/// Sends a write on to the leader when this node does not lead (None: handle it here).
+pub(crate) async fn to_leader<Req: Serialize>(
+    st: &AppState,
+    path: &str,
+    req: &Req,
+) -> Result<Option<serde_json::Value>, ApiError> {
+    if st.raft.is_leader() {
+        return Ok(None);
+    }
+    let body = serde_json::to_value(req).map_err(|e| ApiError::Internal(e.to_string()))?;
+    relay(
+        st,
+        reqwest::Method::POST,
+        path,
+        Some(body),
+        Duration::from_secs(120),
+    )
+    .await
+    .map(Some)
+}
+
+/// Sends a read on to the leader (for answers only the leader has in memory).
+pub(crate) async fn get_from_leader(
+    st: &AppState,
+    path: &str,
+) -> Result<serde_json::Value, ApiError> {
+    relay(
+        st,
+        reqwest::Method::GET,
+        path,
+        None,
+        Duration::from_secs(30),
+    )
+    .await
 }
 
 /// Adds a node: first as a learner that catches up, then as a voter.
