@@ -313,3 +313,82 @@ impl SchedulerInput {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{Gang, PodSet, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+
+    fn typical() -> PendingWorkload {
+        let mut spec = WorkloadSpec::new(
+            "research-training",
+            WorkloadClass::Training,
+            vec![PodSet::new("worker", 16, 8, "H100")],
+        );
+        spec.priority_class = "normal".into();
+        spec.user = Some("alice.example@example.com".into());
+        spec.gang = Some(Gang { min_count: 16 });
+        spec.topology = Some(tideway_api::TopologyRequirement::Required(
+            TopologyLevel::Rack,
+        ));
+        spec.runtime_estimate_seconds = Some(4 * 3600);
+        spec.checkpoint = Some(tideway_api::Checkpoint {
+            interval_seconds: 1800,
+            last_checkpoint_at: None,
+        });
+        let mut w = Workload::new("llama-finetune-run-0042", spec);
+        w.metadata.uid = Some("6f1c2a9e-3b7d-4c51-9a0e-2f4b8d7c6e15".into());
+        PendingWorkload {
+            workload: w,
+            submitted_at: "2030-01-01T00:00:00Z".parse().unwrap(),
+            seq: 123_456_789,
+        }
+    }
+
+    /// Pending workloads are replicated state and the bulk of a cycle's input: they must stay
+    /// small. (The opaque `template` is not the scheduler's business; callers leave it out.)
+    #[test]
+    fn a_pending_workload_stays_under_two_kib() {
+        let p = typical();
+        let msgpack = rmp_serde::to_vec_named(&p).unwrap().len();
+        let json = serde_json::to_vec(&p).unwrap().len();
+        assert!(msgpack <= 2048, "{msgpack} B MessagePack");
+        assert!(json <= 2048, "{json} B JSON");
+        assert!(std::mem::size_of::<PendingWorkload>() <= 1024);
+    }
+
+    #[test]
+    fn validate_reports_duplicates_and_unknown_clusters() {
+        let mut input = SchedulerInput {
+            now: "2030-01-01T00:00:00Z".parse().unwrap(),
+            seed: 0,
+            settings: SchedulerSettings::default(),
+            tuning: SchedulerTuning::default(),
+            queues: Vec::new(),
+            priority_classes: Vec::new(),
+            clusters: Vec::new(),
+            pending: vec![typical(), typical()],
+            running: Vec::new(),
+            reservations: Vec::new(),
+            preemption_budget: PreemptionBudget::per_minute(10),
+            quota_overrides: Vec::new(),
+        };
+        assert!(matches!(
+            input.validate(),
+            Err(InputError::DuplicateWorkload(_))
+        ));
+        input.pending.pop();
+        assert_eq!(input.validate(), Ok(()));
+        input.reservations.push(Reservation {
+            uid: "x".into(),
+            cluster: "nowhere".into(),
+            expected_start: input.now,
+            created_at: input.now,
+        });
+        assert!(matches!(
+            input.validate(),
+            Err(InputError::UnknownCluster { .. })
+        ));
+    }
+}

@@ -75,9 +75,15 @@ impl Cycle<'_> {
         self.attempts += 1;
         self.stats.preemption_attempts += 1;
 
+        let effective = self.ranks[idx as usize].effective;
+        let runtime = w.spec.runtime_estimate_seconds;
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
+            // Capacity held for another workload is not ours to preempt for.
+            if self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+                continue;
+            }
             let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
                 continue;
             };
@@ -220,7 +226,8 @@ impl Cycle<'_> {
 
     fn plan_in(&self, ci: usize, s: usize, q: usize, base: i32, reclaim: bool) -> Option<Plan> {
         let order = self.eligible_victims(ci, s, q, base, reclaim);
-        if order.is_empty() || !self.fits_without(ci, s, &order) {
+        // Nothing to evict, evicting everything would not do, or nothing needs evicting.
+        if order.is_empty() || !self.fits_without(ci, s, &order) || self.fits_without(ci, s, &[]) {
             return None;
         }
         // Shortest prefix that frees enough.

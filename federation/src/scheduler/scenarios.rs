@@ -516,6 +516,47 @@ fn budget_caps_victims_per_window() {
     assert_eq!(reason(&out, "w"), PendingReason::RateLimited);
 }
 
+#[test]
+fn never_preempts_where_a_reservation_holds_the_capacity() {
+    let mut f = one(4);
+    f.tuning.reservation_after_seconds = 0;
+    f.start_on(
+        workload("v", "q", "forbidden", "H100", 1, 8),
+        "c1",
+        Some(f.now),
+    );
+    f.start_on(workload("u", "q", "low", "H100", 1, 8), "c1", Some(f.now));
+    // The gang needs all four nodes; evicting u is not enough (v is forbidden): it reserves.
+    f.submit(workload("gang", "q", "normal", "H100", 4, 8));
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "gang"),
+        Decision::Reserve { .. }
+    ));
+    // A same-priority job that would fit on a free node is held off it (no runtime
+    // estimate, so no backfill) and must not evict u instead: it would preempt for nothing.
+    f.submit(workload("w", "q", "normal", "H100", 1, 8));
+    let out = f.cycle();
+    assert!(preempt(&out).is_none());
+    let Decision::Pending { explanation, .. } = Fleet::decision(&out, "w") else {
+        panic!()
+    };
+    assert!(matches!(
+        explanation.clusters[0].verdict,
+        Verdict::Reserved { .. }
+    ));
+    // Work that ends before the reservation's expected start is backfilled.
+    f.submit(with_runtime(
+        workload("short", "q", "normal", "H100", 1, 8),
+        60,
+    ));
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "short"),
+        Decision::Assign { .. }
+    ));
+}
+
 // ---- routing ---------------------------------------------------------------------------
 
 #[test]
