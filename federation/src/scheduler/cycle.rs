@@ -7,6 +7,11 @@
 //!
 //! The per-step logic lives in `routing`, `preemption` and `reservation` as `impl Cycle`
 //! blocks; this file owns the state they share and the walk itself.
+//!
+//! A workload is placed whole on one member cluster: all pods of all its pod sets, each
+//! flavor in one pool, and with a required topology each flavor's pods in one domain of that
+//! level. Pods above `gang.minCount` (elastic pods) are placed like the rest, so what the
+//! member receives always fits; quota is charged for every pod for the same reason.
 
 use std::sync::Arc;
 

@@ -35,6 +35,8 @@ struct ClusterSpec {
     nodes: usize,
     gpus: u32,
     ready: bool,
+    /// A second pool: the other flavor, inference (true) or shared (false).
+    second: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,9 @@ struct WorkGen {
     topology: Option<(bool, usize)>,
     runtime: Option<u64>,
     checkpoint: bool,
+    /// A second pod set of the other flavor: (pods, GPUs per pod).
+    other: Option<(u32, u32)>,
+    spread: bool,
 }
 
 fn cluster_spec() -> impl Strategy<Value = ClusterSpec> {
@@ -66,15 +71,19 @@ fn cluster_spec() -> impl Strategy<Value = ClusterSpec> {
         1..4usize,
         prop::sample::select(vec![4u32, 8]),
         prop::bool::weighted(0.9),
+        proptest::option::of(any::<bool>()),
     )
-        .prop_map(|(flavor, region, racks, nodes, gpus, ready)| ClusterSpec {
-            flavor,
-            region,
-            racks,
-            nodes,
-            gpus,
-            ready,
-        })
+        .prop_map(
+            |(flavor, region, racks, nodes, gpus, ready, second)| ClusterSpec {
+                flavor,
+                region,
+                racks,
+                nodes,
+                gpus,
+                ready,
+                second,
+            },
+        )
 }
 
 fn queue_spec() -> impl Strategy<Value = QueueSpecGen> {
@@ -106,17 +115,23 @@ fn work() -> impl Strategy<Value = WorkGen> {
         proptest::option::of((any::<bool>(), 0..3usize)),
         proptest::option::of(60u64..7200),
         any::<bool>(),
+        proptest::option::weighted(0.15, (1..3u32, prop::sample::select(vec![1u32, 2, 4]))),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(queue, class, flavor, pods, gpus, topology, runtime, checkpoint)| WorkGen {
-                queue,
-                class,
-                flavor,
-                pods,
-                gpus,
-                topology,
-                runtime,
-                checkpoint,
+            |(queue, class, flavor, pods, gpus, topology, runtime, checkpoint, other, spread)| {
+                WorkGen {
+                    queue,
+                    class,
+                    flavor,
+                    pods,
+                    gpus,
+                    topology,
+                    runtime,
+                    checkpoint,
+                    other,
+                    spread,
+                }
             },
         )
 }
@@ -166,6 +181,22 @@ fn to_workload(uid: &str, g: &WorkGen, queues: usize) -> tideway_api::Workload {
     });
     // A single-node gang larger than any node is legal input; keep some of those.
     w.spec.runtime_estimate_seconds = g.runtime;
+    if let Some((pods, gpus)) = g.other {
+        w.spec.pod_sets.push(tideway_api::PodSet::new(
+            "other",
+            pods,
+            gpus,
+            FLAVORS[1 - g.flavor],
+        ));
+        w.spec.gang = None;
+    }
+    if g.spread {
+        w.spec.class = tideway_api::WorkloadClass::Inference;
+        w.spec.placement = Some(tideway_api::Placement {
+            spread: true,
+            ..tideway_api::Placement::default()
+        });
+    }
     if g.checkpoint {
         w = with_checkpoint(w);
     }
@@ -191,6 +222,16 @@ fn build(
                 c.gpus,
             );
             s.ready = c.ready;
+            if let Some(inference) = c.second {
+                let kind = if inference {
+                    tideway_api::PoolKind::Inference
+                } else {
+                    tideway_api::PoolKind::Shared
+                };
+                let flavor = FLAVORS[1 - c.flavor];
+                s.pools
+                    .push(pool("second", kind, flavor, c.racks, c.nodes, c.gpus));
+            }
             s
         })
         .collect();
@@ -205,6 +246,7 @@ fn build(
         }
         let mut w = w;
         w.spec.topology = None;
+        w.spec.pod_sets.truncate(1);
         let name = f.clusters[ci].name.clone();
         let digest = f.clusters[ci].digest();
         let fits = digest.pools[0].fits(u64::from(g.pods), g.gpus, None);
@@ -287,7 +329,7 @@ fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), St
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn decisions_are_sound(
