@@ -100,7 +100,6 @@ impl Shape {
 /// A running (or admitted) workload, as preemption and reservations need it.
 pub struct RunInfo {
     pub uid: String,
-    pub cluster: Option<usize>,
     pub queue: Option<usize>,
     pub base: i32,
     pub preemptibility: Preemptibility,
@@ -418,7 +417,6 @@ impl<'a> Cycle<'a> {
             }
             self.running.push(RunInfo {
                 uid: uid.to_owned(),
-                cluster,
                 queue,
                 base: class.value,
                 preemptibility: class.preemptibility,

@@ -6,25 +6,26 @@
 //! simulator and policy dry-run share this code, and what makes every decision replayable
 //! and explainable.
 //!
-//! Layout, in the order a workload meets it: [`input`] (what a cycle sees), [`ordering`] and
-//! [`fair_share`] (who goes first), [`quota`] (guarantees, borrowing, tidal overrides),
-//! [`routing`] over [`capacity`] (which cluster, and taking its GPUs so nothing is booked
-//! twice), [`preemption`] (evicting in one cluster), [`reservation`] (big gangs), and
-//! [`decision`] / [`explain`] (what comes out). [`cycle`] walks the pending workloads.
+//! Layout, in the order a workload meets it: [`input`] (what a cycle sees), `ordering` and
+//! `fair_share` (who goes first), `quota` (guarantees, borrowing, tidal overrides), `routing`
+//! over `capacity` (which cluster, and taking its GPUs so nothing is booked twice),
+//! `preemption` (evicting in one cluster), `reservation` (big gangs), and [`decision`] /
+//! [`explain`] (what comes out). `cycle` walks the pending workloads. Only the data types and
+//! [`schedule`] are public: the rest may change without breaking the leader or the simulator.
 
-pub mod capacity;
-pub mod cycle;
+mod capacity;
+mod cycle;
 pub mod decision;
 pub mod error;
 pub mod explain;
-pub mod fair_share;
-pub mod hash;
+mod fair_share;
+mod hash;
 pub mod input;
-pub mod ordering;
-pub mod preemption;
-pub mod quota;
-pub mod reservation;
-pub mod routing;
+mod ordering;
+mod preemption;
+mod quota;
+mod reservation;
+mod routing;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;
