@@ -1,0 +1,54 @@
+//! The scheduler core: a pure, deterministic function from one cycle's state, policy and
+//! clock to decisions.
+//!
+//! No I/O, no wall clock, no randomness but `SchedulerInput::seed`: the same input gives the
+//! same [`SchedulerOutput`], byte for byte. That is what lets the live leader, the trace
+//! simulator and policy dry-run share this code, and what makes every decision replayable
+//! and explainable.
+//!
+//! Layout, in the order a workload meets it: [`input`] (what a cycle sees), `ordering` and
+//! `fair_share` (who goes first), `quota` (guarantees, borrowing, tidal overrides), `routing`
+//! over `capacity` (which cluster, and taking its GPUs so nothing is booked twice),
+//! `preemption` (evicting in one cluster), `reservation` (big gangs), and [`decision`] /
+//! [`explain`] (what comes out). `cycle` walks the pending workloads. Only the data types and
+//! [`schedule`] are public: the rest may change without breaking the leader or the simulator.
+
+mod capacity;
+mod cycle;
+pub mod decision;
+pub mod error;
+pub mod explain;
+mod fair_share;
+mod hash;
+pub mod input;
+mod ordering;
+mod preemption;
+mod quota;
+mod reservation;
+mod routing;
+
+pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
+pub use error::InputError;
+pub use explain::{ClusterVerdict, Explanation, Unblock, Verdict};
+pub use input::{
+    ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget,
+    QuotaOverride, Reservation, RoutingWeights, RunningWorkload, SchedulerInput, SchedulerTuning,
+};
+
+/// Runs one scheduling cycle. Every pending workload gets exactly one decision; decisions
+/// come in the order the workloads were considered (priority, fair share, FIFO).
+///
+/// Never panics on input: inconsistent data (unknown queues or clusters, digests that do not
+/// add up) is handled conservatively and reported in explanations.
+pub fn schedule(input: &SchedulerInput) -> SchedulerOutput {
+    let mut cycle = cycle::Cycle::new(input);
+    cycle.run();
+    cycle.finish()
+}
+
+#[cfg(test)]
+mod properties;
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod testkit;

@@ -1,0 +1,311 @@
+//! The preemption and reclaim planner.
+//!
+//! A workload that fits nowhere may evict others if it has the right to:
+//! - within its own queue, lower-priority work (or equal, with `within_queue: any`);
+//! - in another queue, only work that queue runs beyond its guarantee (borrowed quota, or
+//!   over a tidal window's shrunk quota), and only if the preemptor has a higher priority
+//!   or is reclaiming its own guarantee in the same cohort (`reclaim_within_cohort`).
+//!
+//! Base class values decide the right to preempt, not aged priorities: aging orders the
+//! queue, it must not let equal work evict equal work.
+//!
+//! Victims come from ONE member cluster, never two: disrupting two clusters for one workload
+//! doubles the blast radius and a gang cannot span clusters anyway. In a cluster, candidates
+//! are taken in tiers, not-started first, then checkpointing work by least work lost, then
+//! the rest (lowest priority, least work lost); `forbidden` classes never, `cautious` ones
+//! only when the others cannot free enough; whole workloads only. The planner finds the
+//! shortest prefix of that order after which the preemptor fits (binary search: freeing more
+//! never hurts), drops victims the fit does not need, and then proves the plan by re-running
+//! the fit with exactly the victims' GPUs returned. Returned GPUs are modelled as separate
+//! nodes (the digest cannot say which node a pod was on), which can only under-estimate.
+//! Clusters are compared by cost; the preemption budget caps victims per window.
+
+use tideway_api::{PendingReason, Preemptibility, PreemptionScope};
+
+use super::capacity::PoolState;
+use super::cycle::{Cycle, HoldKind, may_preempt, plus_secs};
+use super::decision::{Decision, PreemptionCost, VictimTier};
+use super::explain::{Explanation, Unblock};
+use super::hash::DetMap;
+use super::input::uid_of;
+use super::routing::fit_in_pools;
+
+/// At most this many "can we do without this victim" checks per plan.
+const MAX_MINIMISE_CHECKS: usize = 32;
+
+struct Plan {
+    cluster: usize,
+    victims: Vec<u32>,
+    cost: PreemptionCost,
+    grace_seconds: u64,
+}
+
+fn cost_key(c: &PreemptionCost) -> (u32, VictimTier, u32, u64, u64) {
+    (
+        c.cautious,
+        c.worst_tier,
+        c.victims,
+        c.gpus,
+        c.work_lost_gpu_seconds,
+    )
+}
+
+impl Cycle<'_> {
+    /// Tries to plan a preemption for `idx`. Returns true when a decision was pushed
+    /// (`Preempt`, or `Pending` with `RateLimited`).
+    pub fn try_preempt(&mut self, idx: u32, q: usize) -> bool {
+        if !self.input.settings.preemption {
+            return false;
+        }
+        let w = &self.input.pending[idx as usize].workload;
+        let class = self.prio.class(&w.spec.priority_class);
+        if !may_preempt(class.preemption_policy) {
+            return false;
+        }
+        let base = class.value;
+        let s = self.shape_of[idx as usize] as usize;
+        let reclaim = self.book.queues[q].has_cohort
+            && self.book.within_guarantee(q, &self.shapes[s].request);
+        if self.shapes[s].preempt_failed.contains(&(q, base, reclaim)) {
+            return false;
+        }
+        if self.attempts >= self.tuning.max_preemption_attempts_per_cycle {
+            return false;
+        }
+        self.attempts += 1;
+        self.stats.preemption_attempts += 1;
+
+        let effective = self.ranks[idx as usize].effective;
+        let runtime = w.spec.runtime_estimate_seconds;
+        let mut best: Option<(Plan, u64)> = None;
+        for pos in 0..self.shapes[s].candidates.len() {
+            let ci = self.shapes[s].candidates[pos];
+            // Capacity held for another workload is not ours to preempt for.
+            if self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+                continue;
+            }
+            let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
+                continue;
+            };
+            let tie = self.clusters[ci].tie;
+            let better = best
+                .as_ref()
+                .is_none_or(|(b, bt)| (cost_key(&plan.cost), tie) < (cost_key(&b.cost), *bt));
+            if better {
+                best = Some((plan, tie));
+            }
+        }
+        let Some((plan, _)) = best else {
+            self.shapes[s].preempt_failed.push((q, base, reclaim));
+            return false;
+        };
+        if plan.victims.len() > self.budget_left as usize {
+            let at = self.input.preemption_budget.refills_at;
+            self.pending(
+                idx,
+                PendingReason::RateLimited,
+                Explanation::new(Unblock::PreemptionBudgetRefills { at }),
+            );
+            return true;
+        }
+        self.commit(idx, q, plan);
+        true
+    }
+
+    /// Victims `q`'s workload (base priority `base`) may evict on cluster `ci`, cheapest
+    /// first, with cautious ones last.
+    fn eligible_victims(
+        &self,
+        ci: usize,
+        s: usize,
+        q: usize,
+        base: i32,
+        reclaim: bool,
+    ) -> Vec<u32> {
+        let shape = &self.shapes[s];
+        let my_cohort = self.book.queues[q].cohort;
+        let scope = self.book.queues[q].preemption;
+        let mut cands: Vec<(bool, VictimTier, i64, i64, u32)> = Vec::new();
+        for &ri in &self.on_cluster[ci] {
+            let r = &self.running[ri as usize];
+            if r.terminating
+                || !r.preemptible_now
+                || r.preemptibility == Preemptibility::Forbidden
+                || !r
+                    .gpus
+                    .iter()
+                    .any(|(f, _)| shape.flavors().any(|sf| sf == *f))
+            {
+                continue;
+            }
+            let allowed = match r.queue {
+                Some(p) if p == q => match scope.within_queue {
+                    PreemptionScope::Never => false,
+                    PreemptionScope::LowerPriority => r.base < base,
+                    PreemptionScope::Any => r.base <= base,
+                },
+                Some(p) => {
+                    let reclaiming = reclaim
+                        && self.book.queues[p].cohort == my_cohort
+                        && match scope.reclaim_within_cohort {
+                            PreemptionScope::Never => false,
+                            PreemptionScope::LowerPriority => r.base < base,
+                            PreemptionScope::Any => true,
+                        };
+                    reclaiming || r.base < base
+                }
+                None => r.base < base,
+            };
+            if !allowed {
+                continue;
+            }
+            let (k1, k2) = match r.tier {
+                VictimTier::NotStarted => (i64::from(r.base), -r.admitted_at.timestamp()),
+                VictimTier::Checkpointable => (
+                    r.work_lost_seconds.min(i64::MAX as u64) as i64,
+                    i64::from(r.base),
+                ),
+                VictimTier::Running => (
+                    i64::from(r.base),
+                    r.work_lost_seconds.min(i64::MAX as u64) as i64,
+                ),
+            };
+            cands.push((
+                r.preemptibility == Preemptibility::Cautious,
+                r.tier,
+                k1,
+                k2,
+                ri,
+            ));
+        }
+        cands.sort_unstable();
+        // Work of another queue is only reclaimable while that queue is above its guarantee.
+        let mut removed: DetMap<(usize, usize), u64> = DetMap::default();
+        let mut out = Vec::with_capacity(cands.len());
+        for (_, _, _, _, ri) in cands {
+            let r = &self.running[ri as usize];
+            if let Some(p) = r.queue
+                && p != q
+            {
+                let over = r.gpus.iter().any(|(f, _)| {
+                    shape.flavors().any(|sf| sf == *f)
+                        && self.book.over_guarantee(p, *f)
+                            > removed.get(&(p, *f)).copied().unwrap_or(0)
+                });
+                if !over {
+                    continue;
+                }
+                for (f, n) in &r.gpus {
+                    *removed.entry((p, *f)).or_insert(0) += n;
+                }
+            }
+            out.push(ri);
+        }
+        out
+    }
+
+    /// The cluster's pools with the GPUs of `victims` (or finished work) returned.
+    pub fn pools_returning(&self, ci: usize, victims: &[u32]) -> Vec<PoolState> {
+        let mut pools = self.clusters[ci].pools.clone();
+        for &ri in victims {
+            for (pi, d, pc) in &self.running[ri as usize].pods {
+                if let Some(pool) = pools.get_mut(*pi) {
+                    for _ in 0..pc.count {
+                        pool.add_free_node(*d, pc.gpus_per_pod);
+                    }
+                }
+            }
+        }
+        pools
+    }
+
+    fn fits_without(&self, ci: usize, s: usize, victims: &[u32]) -> bool {
+        let pools = self.pools_returning(ci, victims);
+        fit_in_pools(&pools, &self.shapes[s], &self.book.flavors).is_some()
+    }
+
+    fn plan_in(&self, ci: usize, s: usize, q: usize, base: i32, reclaim: bool) -> Option<Plan> {
+        let order = self.eligible_victims(ci, s, q, base, reclaim);
+        // Nothing to evict, evicting everything would not do, or nothing needs evicting.
+        if order.is_empty() || !self.fits_without(ci, s, &order) || self.fits_without(ci, s, &[]) {
+            return None;
+        }
+        // Shortest prefix that frees enough.
+        let (mut lo, mut hi) = (1usize, order.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.fits_without(ci, s, &order[..mid]) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut victims = order[..lo].to_vec();
+        // Drop victims the fit does not need, most expensive first.
+        let mut checks = 0;
+        let mut i = victims.len();
+        while i > 0 && checks < MAX_MINIMISE_CHECKS && victims.len() > 1 {
+            i -= 1;
+            checks += 1;
+            let mut without = victims.clone();
+            without.remove(i);
+            if self.fits_without(ci, s, &without) {
+                victims = without;
+            }
+        }
+        // The proof: with exactly these victims gone, the preemptor fits.
+        if !self.fits_without(ci, s, &victims) {
+            return None;
+        }
+        let mut cost = PreemptionCost::default();
+        let mut grace = 0u64;
+        for &ri in &victims {
+            let r = &self.running[ri as usize];
+            let gpus: u64 = r.gpus.iter().map(|(_, n)| n).sum();
+            cost.victims += 1;
+            cost.gpus += gpus;
+            cost.worst_tier = cost.worst_tier.max(r.tier);
+            cost.work_lost_gpu_seconds = cost
+                .work_lost_gpu_seconds
+                .saturating_add(r.work_lost_seconds.saturating_mul(gpus));
+            let mut g = if r.checkpointable && r.tier != VictimTier::NotStarted {
+                self.tuning.checkpoint_grace_seconds
+            } else {
+                self.tuning.preemption_grace_seconds
+            };
+            if r.preemptibility == Preemptibility::Cautious {
+                cost.cautious += 1;
+                g = g.max(self.tuning.cautious_grace_seconds);
+            }
+            grace = grace.max(g);
+        }
+        Some(Plan {
+            cluster: ci,
+            victims,
+            cost,
+            grace_seconds: grace,
+        })
+    }
+
+    fn commit(&mut self, idx: u32, q: usize, plan: Plan) {
+        let mut victims = Vec::with_capacity(plan.victims.len());
+        for &ri in &plan.victims {
+            let r = &mut self.running[ri as usize];
+            r.terminating = true;
+            victims.push(r.uid.clone());
+        }
+        self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
+        self.admit(idx, q);
+        let start = plus_secs(self.now, plan.grace_seconds);
+        self.release_hold(idx);
+        self.add_hold(HoldKind::Preemption, idx, plan.cluster, start);
+        let preemptor = uid_of(&self.input.pending[idx as usize].workload).to_owned();
+        self.decisions.push(Decision::Preempt {
+            preemptor,
+            victims,
+            cluster: self.clusters[plan.cluster].name.clone(),
+            grace_seconds: plan.grace_seconds,
+            cost: plan.cost,
+        });
+    }
+}

@@ -1,0 +1,442 @@
+//! Property tests over random fleets, queues and workloads. Decisions are applied to a fleet
+//! of real nodes (`testkit`), which fails on any double booking or broken gang.
+
+use std::collections::BTreeMap;
+
+use chrono::Duration;
+use proptest::prelude::*;
+use tideway_api::{
+    FlavorQuota, Preemptibility, PriorityClass, Queue, TopologyLevel, TopologyRequirement,
+};
+
+use super::decision::Decision;
+use super::input::{SchedulerInput, uid_of};
+use super::schedule;
+use super::testkit::*;
+
+const FLAVORS: [&str; 2] = ["H100", "A100"];
+
+fn classes() -> Vec<PriorityClass> {
+    vec![
+        class("low", 10, Preemptibility::Allowed, Some((5, 50))),
+        class("normal", 100, Preemptibility::Allowed, None),
+        class("high", 1000, Preemptibility::Allowed, None),
+        class("forbidden", 50, Preemptibility::Forbidden, None),
+        class("cautious", 50, Preemptibility::Cautious, None),
+    ]
+}
+const CLASS_NAMES: [&str; 5] = ["low", "normal", "high", "forbidden", "cautious"];
+
+#[derive(Debug, Clone)]
+struct ClusterSpec {
+    flavor: usize,
+    region: usize,
+    racks: usize,
+    nodes: usize,
+    gpus: u32,
+    ready: bool,
+    /// A second pool: the other flavor, inference (true) or shared (false).
+    second: Option<bool>,
+}
+
+#[derive(Debug, Clone)]
+struct QueueSpecGen {
+    cohort: usize,
+    guaranteed: [u32; 2],
+    borrowing: Option<u32>,
+    lending: Option<u32>,
+    max_extra: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct WorkGen {
+    queue: usize,
+    class: usize,
+    flavor: usize,
+    pods: u32,
+    gpus: u32,
+    topology: Option<(bool, usize)>,
+    runtime: Option<u64>,
+    checkpoint: bool,
+    /// A second pod set of the other flavor: (pods, GPUs per pod).
+    other: Option<(u32, u32)>,
+    spread: bool,
+}
+
+fn cluster_spec() -> impl Strategy<Value = ClusterSpec> {
+    (
+        0..2usize,
+        0..2usize,
+        1..4usize,
+        1..4usize,
+        prop::sample::select(vec![4u32, 8]),
+        prop::bool::weighted(0.9),
+        proptest::option::of(any::<bool>()),
+    )
+        .prop_map(
+            |(flavor, region, racks, nodes, gpus, ready, second)| ClusterSpec {
+                flavor,
+                region,
+                racks,
+                nodes,
+                gpus,
+                ready,
+                second,
+            },
+        )
+}
+
+fn queue_spec() -> impl Strategy<Value = QueueSpecGen> {
+    (
+        0..2usize,
+        [0u32..48, 0u32..48],
+        proptest::option::of(0u32..32),
+        proptest::option::of(0u32..48),
+        proptest::option::of(0u32..32),
+    )
+        .prop_map(
+            |(cohort, guaranteed, borrowing, lending, max_extra)| QueueSpecGen {
+                cohort,
+                guaranteed,
+                borrowing,
+                lending,
+                max_extra,
+            },
+        )
+}
+
+fn work() -> impl Strategy<Value = WorkGen> {
+    (
+        0..4usize,
+        0..5usize,
+        0..2usize,
+        1..5u32,
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        proptest::option::of((any::<bool>(), 0..3usize)),
+        proptest::option::of(60u64..7200),
+        any::<bool>(),
+        proptest::option::weighted(0.15, (1..3u32, prop::sample::select(vec![1u32, 2, 4]))),
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(queue, class, flavor, pods, gpus, topology, runtime, checkpoint, other, spread)| {
+                WorkGen {
+                    queue,
+                    class,
+                    flavor,
+                    pods,
+                    gpus,
+                    topology,
+                    runtime,
+                    checkpoint,
+                    other,
+                    spread,
+                }
+            },
+        )
+}
+
+fn build_queues(specs: &[QueueSpecGen]) -> Vec<Queue> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut q = queue(&format!("q{i}"), Some(&format!("c{}", s.cohort)), &[]);
+            q.spec.quotas = FLAVORS
+                .iter()
+                .enumerate()
+                .map(|(f, name)| FlavorQuota {
+                    flavor: (*name).to_owned(),
+                    guaranteed: s.guaranteed[f],
+                    borrowing_limit: s.borrowing,
+                    lending_limit: s.lending.map(|l| l.min(s.guaranteed[f])),
+                    max: s.max_extra.map(|m| s.guaranteed[f] + m),
+                })
+                .collect();
+            q
+        })
+        .collect()
+}
+
+fn to_workload(uid: &str, g: &WorkGen, queues: usize) -> tideway_api::Workload {
+    let mut w = workload(
+        uid,
+        &format!("q{}", g.queue % queues),
+        CLASS_NAMES[g.class],
+        FLAVORS[g.flavor],
+        g.pods,
+        g.gpus,
+    );
+    w.spec.topology = g.topology.map(|(req, l)| {
+        let level = [
+            TopologyLevel::Node,
+            TopologyLevel::Rack,
+            TopologyLevel::Zone,
+        ][l];
+        if req {
+            TopologyRequirement::Required(level)
+        } else {
+            TopologyRequirement::Preferred(level)
+        }
+    });
+    // A single-node gang larger than any node is legal input; keep some of those.
+    w.spec.runtime_estimate_seconds = g.runtime;
+    if let Some((pods, gpus)) = g.other {
+        w.spec.pod_sets.push(tideway_api::PodSet::new(
+            "other",
+            pods,
+            gpus,
+            FLAVORS[1 - g.flavor],
+        ));
+        w.spec.gang = None;
+    }
+    if g.spread {
+        w.spec.class = tideway_api::WorkloadClass::Inference;
+        w.spec.placement = Some(tideway_api::Placement {
+            spread: true,
+            ..tideway_api::Placement::default()
+        });
+    }
+    if g.checkpoint {
+        w = with_checkpoint(w);
+    }
+    w
+}
+
+fn build(
+    clusters: &[ClusterSpec],
+    queues: &[QueueSpecGen],
+    running: &[(WorkGen, usize, bool)],
+    pending: &[WorkGen],
+) -> Fleet {
+    let sims = clusters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut s = cluster(
+                &format!("k{i}"),
+                ["eu", "us"][c.region],
+                FLAVORS[c.flavor],
+                c.racks,
+                c.nodes,
+                c.gpus,
+            );
+            s.ready = c.ready;
+            if let Some(inference) = c.second {
+                let kind = if inference {
+                    tideway_api::PoolKind::Inference
+                } else {
+                    tideway_api::PoolKind::Shared
+                };
+                let flavor = FLAVORS[1 - c.flavor];
+                s.pools
+                    .push(pool("second", kind, flavor, c.racks, c.nodes, c.gpus));
+            }
+            s
+        })
+        .collect();
+    let mut f = Fleet::new(sims, build_queues(queues), classes());
+    let nq = queues.len();
+    for (i, (g, c, started)) in running.iter().enumerate() {
+        let ci = c % clusters.len();
+        let w = to_workload(&format!("r{i}"), g, nq);
+        // Only what fits on its cluster (and its flavor) can be running there.
+        if FLAVORS[clusters[ci].flavor] != w.spec.pod_sets[0].flavor {
+            continue;
+        }
+        let mut w = w;
+        w.spec.topology = None;
+        w.spec.pod_sets.truncate(1);
+        let name = f.clusters[ci].name.clone();
+        let digest = f.clusters[ci].digest();
+        let fits = digest.pools[0].fits(u64::from(g.pods), g.gpus, None);
+        if fits {
+            let t = f.now - Duration::seconds(600 * i as i64);
+            f.start_on(w, &name, started.then_some(t));
+        }
+    }
+    f.advance(1800);
+    for (i, g) in pending.iter().enumerate() {
+        f.submit(to_workload(&format!("p{i}"), g, nq));
+    }
+    f
+}
+
+/// Replays admissions in decision order and checks the quota rules after each one.
+fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), String> {
+    let mut used: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for r in &input.running {
+        for (f, n) in r.workload.spec.gpus_by_flavor() {
+            *used
+                .entry((r.workload.spec.queue.clone(), f.to_owned()))
+                .or_insert(0) += n;
+        }
+    }
+    let pending: BTreeMap<&str, &tideway_api::Workload> = input
+        .pending
+        .iter()
+        .map(|p| (uid_of(&p.workload), &p.workload))
+        .collect();
+    let quota = |q: &str, f: &str| -> Option<(String, FlavorQuota)> {
+        let queue = input.queues.iter().find(|x| x.metadata.name == q)?;
+        let fq = queue.spec.quota_for(f)?.clone();
+        Some((queue.spec.cohort.clone().unwrap_or_default(), fq))
+    };
+    for d in decisions {
+        let uid = match d {
+            Decision::Assign { uid, .. } => uid,
+            Decision::Preempt { preemptor, .. } => preemptor,
+            _ => continue,
+        };
+        let w = pending[uid.as_str()];
+        for (f, n) in w.spec.gpus_by_flavor() {
+            let key = (w.spec.queue.clone(), f.to_owned());
+            *used.entry(key.clone()).or_insert(0) += n;
+            let after = used[&key];
+            let (cohort, fq) = quota(&w.spec.queue, f).ok_or("admitted without quota entry")?;
+            if let Some(c) = fq.ceiling()
+                && after > c
+            {
+                return Err(format!("{uid}: {after} > ceiling {c} of {key:?}"));
+            }
+            if after > u64::from(fq.guaranteed) {
+                // Borrowing: the cohort's draw on lent quota must stay within what is lent.
+                let (mut pool, mut drawn) = (0u64, 0u64);
+                for q in &input.queues {
+                    if q.spec.cohort.clone().unwrap_or_default() != cohort {
+                        continue;
+                    }
+                    if let Some(x) = q.spec.quota_for(f) {
+                        let lend = u64::from(x.lendable());
+                        let private = u64::from(x.guaranteed) - lend;
+                        pool += lend;
+                        let u = used
+                            .get(&(q.metadata.name.clone(), f.to_owned()))
+                            .copied()
+                            .unwrap_or(0);
+                        drawn += u.saturating_sub(private);
+                    }
+                }
+                if drawn > pool {
+                    return Err(format!(
+                        "{uid}: cohort {cohort} draws {drawn} > lent {pool}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn decisions_are_sound(
+        clusters in prop::collection::vec(cluster_spec(), 1..5),
+        queues in prop::collection::vec(queue_spec(), 1..5),
+        running in prop::collection::vec((work(), 0..5usize, any::<bool>()), 0..12),
+        pending in prop::collection::vec(work(), 1..30),
+        seed in any::<u64>(),
+    ) {
+        let mut f = build(&clusters, &queues, &running, &pending);
+        f.seed = seed;
+        let input = f.input();
+        let out = schedule(&input);
+
+        // Determinism: same input, same output, also after a serde round trip.
+        prop_assert_eq!(&out, &schedule(&input));
+        let json = serde_json::to_string(&input).unwrap();
+        let back: SchedulerInput = serde_json::from_str(&json).unwrap();
+        prop_assert_eq!(&out, &schedule(&back));
+
+        // Exactly one decision per pending workload.
+        let mut uids: Vec<&str> = out.decisions.iter().map(|d| d.uid()).collect();
+        uids.sort_unstable();
+        let mut want: Vec<&str> = input.pending.iter().map(|p| uid_of(&p.workload)).collect();
+        want.sort_unstable();
+        prop_assert_eq!(uids, want);
+
+        // Quotas.
+        if let Err(e) = check_quotas(&input, &out.decisions) {
+            return Err(TestCaseError::fail(e));
+        }
+
+        for d in &out.decisions {
+            match d {
+                Decision::Assign { uid, placements, .. } => {
+                    // Whole gangs: every pod placed, required topology honoured.
+                    let w = &input.pending.iter().find(|p| uid_of(&p.workload) == uid).unwrap().workload;
+                    let placed: u64 = placements.iter().flat_map(|p| &p.pods).map(|p| u64::from(p.count)).sum();
+                    prop_assert_eq!(placed, w.spec.total_pods());
+                    if let Some(TopologyRequirement::Required(l)) = w.spec.topology
+                        && l != TopologyLevel::Node
+                    {
+                        for p in placements {
+                            let d = p.domain.as_ref();
+                            prop_assert!(d.is_some_and(|d| d.level <= l), "{:?} for {:?}", d, l);
+                        }
+                    }
+                }
+                Decision::Preempt { victims, cluster, .. } => {
+                    for v in victims {
+                        let r = input.running.iter().find(|r| uid_of(&r.workload) == v).unwrap();
+                        prop_assert_eq!(&r.cluster, cluster, "victims from one cluster only");
+                        prop_assert_ne!(r.workload.spec.priority_class.as_str(), "forbidden");
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Applying the decisions to real nodes panics on double booking or a split gang;
+        // a few more cycles (work finishing, victims leaving) keep checking that.
+        f.apply(&out);
+        for _ in 0..3 {
+            f.advance(900);
+            let input = f.input();
+            let out = schedule(&input);
+            if let Err(e) = check_quotas(&input, &out.decisions) {
+                return Err(TestCaseError::fail(e));
+            }
+            f.apply(&out);
+        }
+    }
+
+    #[test]
+    fn low_priority_work_is_not_starved(
+        gpus in prop::sample::select(vec![1u32, 2, 4, 8]),
+        pods in 1u32..3,
+        stream in 2usize..6,
+        runtime in 600u64..3600,
+    ) {
+        let mut classes = classes();
+        // Aging that can overtake the stream's class: 60 points an hour, cap far above.
+        classes.push(class("aging", 10, Preemptibility::Allowed, Some((60, 10_000))));
+        let mut f = Fleet::new(
+            vec![cluster("a", "eu", "H100", 1, 4, 8), cluster("b", "eu", "H100", 1, 4, 8)],
+            vec![queue("q", None, &[("H100", 100_000)])],
+            classes,
+        );
+        let mut n = 0;
+        let feed = |f: &mut Fleet, n: &mut usize, k: usize| {
+            for _ in 0..k {
+                *n += 1;
+                f.submit(with_runtime(workload(&format!("s{n}"), "q", "normal", "H100", 1, 2), runtime));
+            }
+        };
+        feed(&mut f, &mut n, 40);
+        f.cycle();
+        f.submit(with_runtime(workload("low", "q", "aging", "H100", pods, gpus), runtime));
+        let mut admitted = None;
+        for c in 0..200 {
+            f.advance(300);
+            feed(&mut f, &mut n, stream);
+            let out = f.cycle();
+            if matches!(Fleet::decision(&out, "low"), Decision::Assign { .. }) {
+                admitted = Some(c);
+                break;
+            }
+        }
+        prop_assert!(admitted.is_some(), "low-priority workload starved");
+    }
+}
