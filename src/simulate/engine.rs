@@ -22,9 +22,7 @@ use tideway_agent::sim::cluster::RUNTIME_ANNOTATION;
 use tideway_agent::sim::{PhaseChange, SimCluster, capacity_digest};
 use tideway_api::agent::{Assignment, LocalPhase};
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{
-    Checkpoint, Gang, Placement, PodSet, Policy, Queue, Validate, Workload, WorkloadSpec,
-};
+use tideway_api::{Checkpoint, Gang, Placement, PodSet, Policy, Queue, Workload, WorkloadSpec};
 use tideway_federation::scheduler::ClusterView;
 
 use super::config::{Estimates, Member, Mode, SimPolicy, SimulatorSettings};
@@ -697,15 +695,11 @@ impl Engine {
         }
     }
 
-    /// Refuses at submission what could never run, as the federation would: an unknown
+    /// Refuses at submission what could never run, as the federation would (JSON-lines
+    /// workloads were validated by their reader, before the simulator gave them uids): an unknown
     /// queue or class, a flavor no cluster has, a gang no allowed cluster can hold even
     /// empty, a request above the queue's quota ceiling.
     fn admissible(&self, job: &Job, w: &Workload) -> Result<(), String> {
-        if matches!(job.shape, Shape::Workload(_))
-            && let Err(e) = w.validate()
-        {
-            return Err(format!("invalid workload: {e}"));
-        }
         let Some(&q) = self.queue_ids.get(&job.queue) else {
             return Err(format!("queue {} is not defined", job.queue));
         };
