@@ -133,6 +133,8 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
+    /// Replay workload traces against a simulated fleet and a policy, on a virtual clock.
+    Simulate(crate::simulate_cmd::SimulateArgs),
     /// Benchmarks that start their own processes.
     Bench {
         #[command(subcommand)]
@@ -341,6 +343,7 @@ impl Cli {
                 output::print_members(&v, output)
             }
             Cmd::Cluster { cmd } => cluster(cmd).await,
+            Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,
         }
     }

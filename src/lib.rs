@@ -1,3 +1,4 @@
 //! Library side of the `tideway` package: what the binary and the end-to-end tests share.
 
 pub mod procs;
+pub mod simulate;

@@ -4,6 +4,7 @@ mod agent_cmd;
 mod bench;
 mod cli;
 mod output;
+mod simulate_cmd;
 
 use clap::Parser;
 

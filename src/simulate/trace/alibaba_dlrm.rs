@@ -1,0 +1,259 @@
+//! Alibaba's GPU-disaggregated DLRM inference trace (cluster-trace-gpu-v2025).
+//!
+//! Each instance with `gpu_request > 0` becomes one inference replica of its app: a workload
+//! of class `inference` created at `creation_time` and deleted at `deletion_time` (it has no
+//! run time of its own: it serves until deleted). Times are seconds from the trace start,
+//! which the `epoch` filter places on the virtual clock (default 2025-01-01T00:00:00Z). An
+//! empty `creation_time` means the instance existed before the trace began and an empty
+//! `deletion_time` that it outlived it; both are clamped to the window, which is the trace's
+//! own extent unless `from`/`to` narrow it.
+//!
+//! The queue is per app (`app_12` -> queue `app-12`) unless `queueMap`/`queue=` map it.
+//! Replicas of one app carry the spread label so the scheduler spreads them.
+//!
+//! Filters: `app=a,b`, `from`/`to` (a time, or seconds from the trace start), `epoch`,
+//! `queue`, `flavor`, `limit`.
+
+use tideway_api::WorkloadClass;
+
+use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
+use crate::simulate::error::SimulateError;
+use crate::simulate::time::Secs;
+
+const KEYS: [&str; 7] = ["app", "from", "to", "epoch", "queue", "flavor", "limit"];
+
+/// Where trace second 0 sits on the virtual clock unless `epoch=` says otherwise.
+pub const DEFAULT_EPOCH: Secs = 1_735_689_600; // 2025-01-01T00:00:00Z
+
+struct Row {
+    line: u64,
+    sn: String,
+    app: String,
+    gpus: u32,
+    created: Option<Secs>,
+    deleted: Option<Secs>,
+}
+
+pub fn read(
+    spec: &TraceSpec,
+    text: &str,
+    ctx: &ReadContext<'_>,
+) -> Result<(Vec<Job>, TraceReport), SimulateError> {
+    spec.allow(&KEYS)?;
+    let epoch = spec.time("epoch")?.unwrap_or(DEFAULT_EPOCH);
+    let offset_or_time = |key: &str| -> Result<Option<Secs>, SimulateError> {
+        match spec.get(key) {
+            None => Ok(None),
+            Some(v) => match v.parse::<f64>() {
+                Ok(s) if s.is_finite() => Ok(Some(epoch + s.round() as Secs)),
+                _ => spec.time(key),
+            },
+        }
+    };
+    let from = offset_or_time("from")?;
+    let to = offset_or_time("to")?;
+    let apps = spec.list("app");
+    let forced_queue = spec.queue_override()?;
+    let flavor = spec.get("flavor").map(str::to_owned);
+    let limit: Option<usize> = spec.number("limit")?;
+
+    let mut report = TraceReport::new(spec);
+    let mut lines = data_lines(text);
+    let Some((_, header)) = lines.next() else {
+        return Err(SimulateError::Trace {
+            path: spec.path.clone(),
+            reason: "empty file (no header)".into(),
+        });
+    };
+    let header = Header::parse(header);
+    let [c_sn, c_app, c_gpu, c_created, c_deleted] = header.require(
+        [
+            "instance_sn",
+            "app_name",
+            "gpu_request",
+            "creation_time",
+            "deletion_time",
+        ],
+        &spec.path,
+    )?;
+
+    // First pass: parse, and find the trace's extent for clamping open ends.
+    let mut rows = Vec::new();
+    let (mut first, mut last): (Option<Secs>, Option<Secs>) = (None, None);
+    for (line, row) in lines {
+        report.rows += 1;
+        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
+        if cols.len() != header.len() {
+            report.bad(
+                line,
+                "wrong column count",
+                format!("{} columns, header has {}", cols.len(), header.len()),
+            );
+            continue;
+        }
+        let time = |c: usize| -> Result<Option<Secs>, String> {
+            let v = cols[c];
+            if v.is_empty() {
+                return Ok(None);
+            }
+            match v.parse::<f64>() {
+                Ok(s) if (0.0..1e12).contains(&s) => Ok(Some(epoch + s.round() as Secs)),
+                _ => Err(format!("{v:?} is not a time in seconds")),
+            }
+        };
+        let (created, deleted) = match (time(c_created), time(c_deleted)) {
+            (Ok(c), Ok(d)) => (c, d),
+            (Err(e), _) => {
+                report.bad(line, "bad creation_time", format!("creation_time {e}"));
+                continue;
+            }
+            (_, Err(e)) => {
+                report.bad(line, "bad deletion_time", format!("deletion_time {e}"));
+                continue;
+            }
+        };
+        for t in [created, deleted].into_iter().flatten() {
+            first = Some(first.map_or(t, |f: Secs| f.min(t)));
+            last = Some(last.map_or(t, |l: Secs| l.max(t)));
+        }
+        if let (Some(c), Some(d)) = (created, deleted)
+            && d < c
+        {
+            report.bad(
+                line,
+                "deleted before created",
+                format!("deletion_time is {} s before creation_time", c - d),
+            );
+            continue;
+        }
+        let gpu = cols[c_gpu];
+        let gpus = match gpu.parse::<f64>() {
+            Ok(g) if (0.0..=64.0).contains(&g) => g,
+            _ => {
+                report.bad(
+                    line,
+                    "bad gpu_request",
+                    format!("gpu_request {gpu:?} is not a number of GPUs in 0..=64"),
+                );
+                continue;
+            }
+        };
+        if gpus == 0.0 {
+            report.filter("no GPU (CPU-only instance)");
+            continue;
+        }
+        if gpus.fract() != 0.0 {
+            report.adjust("fractional gpu_request rounded up");
+        }
+        let app = cols[c_app];
+        if app.is_empty() || cols[c_sn].is_empty() {
+            report.bad(
+                line,
+                "empty app_name or instance_sn",
+                "empty app_name or instance_sn".into(),
+            );
+            continue;
+        }
+        rows.push(Row {
+            line,
+            sn: cols[c_sn].to_owned(),
+            app: app.to_owned(),
+            gpus: gpus.ceil() as u32,
+            created,
+            deleted,
+        });
+    }
+
+    // The window: the trace's extent, narrowed by the run and the filters.
+    let window = ctx.window.narrow(from, to);
+    let start = window.from.or(first).unwrap_or(epoch);
+    let end = window.to.or(last).unwrap_or(start);
+    let mut jobs = Vec::new();
+    for r in rows {
+        if !apps.is_empty() && !apps.contains(&r.app) {
+            report.filter("other app");
+            continue;
+        }
+        let created = r.created.map_or(start, |c| c.max(start));
+        let deleted = r.deleted.map_or(end, |d| d.min(end));
+        if created >= end || deleted <= start || deleted <= created {
+            report.filter("outside window");
+            continue;
+        }
+        jobs.push(Job {
+            uid: format!("dlrm-{}-{}", super::sanitize(&r.sn), r.line),
+            tenant: r.app.clone(),
+            queue: ctx.queue_of(&r.app, forced_queue.as_ref()),
+            class: WorkloadClass::Inference,
+            submit: created,
+            runtime: None,
+            remove_at: Some(deleted),
+            shape: Shape::Pods {
+                pods: vec![(1, r.gpus)],
+                flavor: flavor.clone(),
+                replica_of: Some(super::sanitize(&r.app)),
+            },
+        });
+    }
+    if let Some(n) = limit
+        && jobs.len() > n
+    {
+        jobs.sort_by_key(|j| j.submit);
+        let cut = jobs.len() - n;
+        jobs.truncate(n);
+        *report.filtered.entry("beyond limit".into()).or_insert(0) += cut as u64;
+    }
+    report.jobs = jobs.len() as u64;
+    Ok((jobs, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::simulate::trace::Window;
+
+    const HEADER: &str = "instance_sn,role,app_name,cpu_request,cpu_limit,gpu_request,gpu_limit,rdma_request,rdma_limit,memory_request,memory_limit,disk_request,disk_limit,max_instance_per_node,creation_time,scheduled_time,deletion_time";
+
+    fn row(sn: &str, app: &str, gpu: &str, c: &str, d: &str) -> String {
+        format!("{sn},HN,{app},12,12,{gpu},{gpu},25,25,120.0,120.0,640.0,800.0,8,{c},{c},{d}")
+    }
+
+    #[test]
+    fn replicas_clamped_to_the_window() {
+        let text = [
+            HEADER.to_owned(),
+            row("instance_0", "app_0", "1", "", ""),
+            row("instance_1", "app_0", "1", "100", "400"),
+            row("instance_2", "app_1", "0", "100", "400"),
+            row("instance_3", "app_1", "x", "100", "400"),
+            row("instance_4", "app_1", "2", "500", "300"),
+            row("instance_5", "app_1", "1", "1000", ""),
+        ]
+        .join("\n");
+        let map = BTreeMap::new();
+        let ctx = ReadContext {
+            window: Window::default(),
+            queue_map: &map,
+        };
+        let spec = TraceSpec::parse("alibaba-dlrm:x.csv?epoch=1970-01-01").unwrap();
+        let (jobs, r) = read(&spec, &text, &ctx).unwrap();
+        assert_eq!(r.rows, 6);
+        assert_eq!(r.bad_rows.count, 2, "{:?}", r.bad_rows);
+        assert_eq!(r.filtered.get("no GPU (CPU-only instance)"), Some(&1));
+        // instance_5 starts at the trace's end: nothing left to run.
+        assert_eq!(r.filtered.get("outside window"), Some(&1));
+        assert_eq!(jobs.len(), 2);
+        // The trace spans 100..1000: open ends clamp to it.
+        assert_eq!((jobs[0].submit, jobs[0].remove_at), (100, Some(1000)));
+        assert_eq!((jobs[1].submit, jobs[1].remove_at), (100, Some(400)));
+        assert_eq!(jobs[0].queue, "app-0");
+        assert_eq!(jobs[0].class, WorkloadClass::Inference);
+
+        let spec = TraceSpec::parse("alibaba-dlrm:x.csv?epoch=1970-01-01&from=200&to=300").unwrap();
+        let (jobs, _) = read(&spec, &text, &ctx).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[1].submit, jobs[1].remove_at), (200, Some(300)));
+    }
+}
