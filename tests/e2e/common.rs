@@ -117,3 +117,17 @@ pub async fn assert_holds_exactly_once(addr: &str, acked: &BTreeSet<String>) -> 
     }
     items.len()
 }
+
+/// Runs the `tideway` CLI against `addr` the way a user would; (success, stdout, stderr).
+pub fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .env("TIDEWAY_ADDR", addr)
+        .output()
+        .expect("run tideway");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,21 +1,6 @@
 //! The CLI verbs, run the way a user runs them: the binary against a live cluster.
 
-use std::process::Command;
-
 use crate::common::*;
-
-fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("TIDEWAY_ADDR", addr)
-        .output()
-        .expect("run tideway");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_submit_get_list_and_cluster_status() {

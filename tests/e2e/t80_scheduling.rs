@@ -2,25 +2,11 @@
 //! with the CLI, quotas enforced across real agents, and `explain` saying why work waits.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tideway_api::client::Client;
 
 use crate::common::*;
-
-fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("TIDEWAY_ADDR", addr)
-        .output()
-        .expect("run tideway");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn h100(name: &str, queue: &str, pods: u32) -> String {
     format!(
