@@ -502,6 +502,24 @@ clusters:
     }
 
     #[test]
+    fn nodes_from_the_alibaba_inventory() {
+        let yaml = br#"
+clusters:
+  - name: ali
+    region: cn
+    nodesCsv:
+      path: ../shared/traces/alibaba-nodes-2026/node_info_df.csv
+      models: [{ model: A10, pool: serving, poolKind: inference }]
+      limit: 100
+"#;
+        let cfg: FleetConfig = decode_yaml(yaml).unwrap();
+        let base = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let m = cfg.members(base, Path::new("c.yaml")).unwrap();
+        assert_eq!(m[0].inventory.nodes().len(), 100);
+        assert!(m[0].inventory.nodes().iter().all(|n| n.model == "A10"));
+    }
+
+    #[test]
     fn policy_with_simulator_section() {
         let yaml = br#"
 apiVersion: tideway.dev/v1alpha1
