@@ -40,6 +40,10 @@ use super::trace::{Job, Shape, TraceReport};
 /// Rows of `timeseries.csv` aimed at when `sampleSeconds` is not set.
 const TARGET_SAMPLES: i64 = 2000;
 
+/// A bound on `timeseries.csv` whatever `sampleSeconds` says: a one-second interval over a
+/// year of trace must not exhaust memory.
+const MAX_SAMPLES: usize = 1_000_000;
+
 /// Everything a run needs, already loaded.
 pub struct RunInput {
     pub members: Vec<Member>,
@@ -573,9 +577,16 @@ impl Engine {
     /// samples that fall before `t` (the state is constant between events).
     fn advance(&mut self, t: Secs) {
         while self.acc.next_sample < t {
+            if self.acc.samples.len() >= MAX_SAMPLES {
+                self.notes.push(format!(
+                    "timeseries.csv stops after {MAX_SAMPLES} rows; raise simulator.sampleSeconds"
+                ));
+                self.acc.next_sample = Secs::MAX;
+                break;
+            }
             let at = self.acc.next_sample;
             self.sample(at);
-            self.acc.next_sample += self.acc.sample_every;
+            self.acc.next_sample = self.acc.next_sample.saturating_add(self.acc.sample_every);
         }
         let dt = t - self.now;
         if dt > 0 {
@@ -645,7 +656,11 @@ impl Engine {
             self.reject(j, why);
             return;
         }
-        let q = self.queue_ids[&job.queue];
+        let Some(&q) = self.queue_ids.get(&job.queue) else {
+            self.js[ji].phase = Phase::Rejected;
+            self.reject(j, format!("queue {} is not defined", job.queue));
+            return;
+        };
         let prio = match self.settings.mode {
             Mode::Fifo => 0,
             Mode::Scheduler => {

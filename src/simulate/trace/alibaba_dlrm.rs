@@ -45,8 +45,11 @@ pub fn read(
         match spec.get(key) {
             None => Ok(None),
             Some(v) => match v.parse::<f64>() {
-                Ok(s) if s.is_finite() => Ok(Some(epoch + s.round() as Secs)),
-                _ => spec.time(key),
+                Ok(s) if (-1e11..1e11).contains(&s) => {
+                    Ok(Some(epoch.saturating_add(s.round() as Secs)))
+                }
+                Ok(_) => Err(spec.error(format!("{key}: {v} seconds is out of range"))),
+                Err(_) => spec.time(key),
             },
         }
     };
@@ -97,7 +100,9 @@ pub fn read(
                 return Ok(None);
             }
             match v.parse::<f64>() {
-                Ok(s) if (0.0..1e12).contains(&s) => Ok(Some(epoch + s.round() as Secs)),
+                Ok(s) if (0.0..1e12).contains(&s) => {
+                    Ok(Some(epoch.saturating_add(s.round() as Secs)))
+                }
                 _ => Err(format!("{v:?} is not a time in seconds")),
             }
         };

@@ -126,15 +126,23 @@ fn parse_line(row: &str) -> Result<Parsed, (&'static str, String)> {
     Ok((w, submit, runtime, remove_at))
 }
 
+/// Seconds since the epoch a trace time may be: years 0 to 5000 or so. Beyond, arithmetic
+/// on the virtual clock (spans, sample counts) would be meaningless, and could overflow.
+const MAX_ABS_TIME: Secs = 100_000_000_000;
+
 fn time_value(v: &Value) -> Result<Secs, String> {
-    match v {
+    let t = match v {
         // Annotations are strings, so seconds may come quoted.
-        Value::String(s) => s.trim().parse::<Secs>().or_else(|_| parse_time(s)),
+        Value::String(s) => s.trim().parse::<Secs>().or_else(|_| parse_time(s))?,
         Value::Number(n) => n
             .as_i64()
-            .ok_or_else(|| format!("{n} is not whole seconds since the epoch")),
-        other => Err(format!("{other} is not a time")),
+            .ok_or_else(|| format!("{n} is not whole seconds since the epoch"))?,
+        other => return Err(format!("{other} is not a time")),
+    };
+    if t.abs() > MAX_ABS_TIME {
+        return Err(format!("{t} is too far from 1970 to be a trace time"));
     }
+    Ok(t)
 }
 
 fn seconds_value(v: &Value) -> Result<u64, String> {
