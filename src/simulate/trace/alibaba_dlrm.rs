@@ -85,15 +85,9 @@ pub fn read(
     let (mut first, mut last): (Option<Secs>, Option<Secs>) = (None, None);
     for (line, row) in lines {
         report.rows += 1;
-        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
-        if cols.len() != header.len() {
-            report.bad(
-                line,
-                "wrong column count",
-                format!("{} columns, header has {}", cols.len(), header.len()),
-            );
+        let Some(cols) = header.split(row, line, &mut report) else {
             continue;
-        }
+        };
         let time = |c: usize| -> Result<Option<Secs>, String> {
             let v = cols[c];
             if v.is_empty() {
@@ -200,16 +194,7 @@ pub fn read(
             },
         });
     }
-    if let Some(n) = limit
-        && jobs.len() > n
-    {
-        jobs.sort_by_key(|j| j.submit);
-        let cut = jobs.len() - n;
-        jobs.truncate(n);
-        *report.filtered.entry("beyond limit".into()).or_insert(0) += cut as u64;
-    }
-    report.jobs = jobs.len() as u64;
-    Ok((jobs, report))
+    super::finish(jobs, limit, report)
 }
 
 #[cfg(test)]

@@ -70,16 +70,7 @@ pub fn read(
             Err((class, detail)) => report.bad(line, class, detail),
         }
     }
-    if let Some(n) = limit
-        && jobs.len() > n
-    {
-        jobs.sort_by_key(|j| j.submit);
-        let cut = jobs.len() - n;
-        jobs.truncate(n);
-        *report.filtered.entry("beyond limit".into()).or_insert(0) += cut as u64;
-    }
-    report.jobs = jobs.len() as u64;
-    Ok((jobs, report))
+    super::finish(jobs, limit, report)
 }
 
 type Parsed = (Workload, Secs, Option<u64>, Option<Secs>);

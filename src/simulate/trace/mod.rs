@@ -370,6 +370,25 @@ fn read_text(path: &Path) -> Result<String, SimulateError> {
     })
 }
 
+/// Keeps the first `limit` jobs by submit time (stable: equal submit times keep file order,
+/// the order the trace recorded them), counts the rest as filtered, and closes the report.
+pub fn finish(
+    mut jobs: Vec<Job>,
+    limit: Option<usize>,
+    mut report: TraceReport,
+) -> Result<(Vec<Job>, TraceReport), SimulateError> {
+    if let Some(n) = limit
+        && jobs.len() > n
+    {
+        jobs.sort_by_key(|j| j.submit);
+        let cut = jobs.len() - n;
+        jobs.truncate(n);
+        *report.filtered.entry("beyond limit".into()).or_insert(0) += cut as u64;
+    }
+    report.jobs = jobs.len() as u64;
+    Ok((jobs, report))
+}
+
 /// A CSV header: column name -> index. Traces are plain CSV without quoting.
 pub struct Header {
     names: Vec<String>,
@@ -392,6 +411,26 @@ impl Header {
 
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
+    }
+
+    /// A data row's columns, or None after counting the row as bad when its column count
+    /// does not match the header's.
+    pub fn split<'r>(
+        &self,
+        row: &'r str,
+        line: u64,
+        report: &mut TraceReport,
+    ) -> Option<Vec<&'r str>> {
+        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
+        if cols.len() != self.len() {
+            report.bad(
+                line,
+                "wrong column count",
+                format!("{} columns, header has {}", cols.len(), self.len()),
+            );
+            return None;
+        }
+        Some(cols)
     }
 
     /// Index of each required column, or an error naming the missing ones.

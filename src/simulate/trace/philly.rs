@@ -52,15 +52,9 @@ pub fn read(
     let mut jobs = Vec::new();
     for (line, row) in lines {
         report.rows += 1;
-        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
-        if cols.len() != header.len() {
-            report.bad(
-                line,
-                "wrong column count",
-                format!("{} columns, header has {}", cols.len(), header.len()),
-            );
+        let Some(cols) = header.split(row, line, &mut report) else {
             continue;
-        }
+        };
         let vc = cols[c_vc];
         if vc.is_empty() {
             report.bad(line, "empty cluster", "empty cluster (VC) column".into());
@@ -121,17 +115,7 @@ pub fn read(
             },
         });
     }
-    if let Some(n) = limit
-        && jobs.len() > n
-    {
-        // Stable: equal submit times keep file order, the order the trace recorded them.
-        jobs.sort_by_key(|j| j.submit);
-        let cut = jobs.len() - n;
-        jobs.truncate(n);
-        *report.filtered.entry("beyond limit".into()).or_insert(0) += cut as u64;
-    }
-    report.jobs = jobs.len() as u64;
-    Ok((jobs, report))
+    super::finish(jobs, limit, report)
 }
 
 /// Whole nodes beyond one node, plus a remainder pod: the shape Philly's scheduler gave
