@@ -41,6 +41,32 @@ pub struct GpuCounts {
     pub free_histogram: Vec<u32>,
 }
 
+/// Free GPUs in a free histogram (`hist[k]` = nodes with exactly `k` free).
+pub fn free_in(hist: &[u32]) -> u64 {
+    hist.iter()
+        .enumerate()
+        .map(|(k, n)| k as u64 * u64::from(*n))
+        .sum()
+}
+
+/// Pods of `gpus_per_pod` a free histogram holds, one pod never spanning nodes.
+pub fn pods_that_fit_in(hist: &[u32], gpus_per_pod: u32) -> u64 {
+    if gpus_per_pod == 0 {
+        return u64::MAX;
+    }
+    let g = gpus_per_pod as usize;
+    hist.iter()
+        .enumerate()
+        .skip(g)
+        .map(|(k, n)| (k / g) as u64 * u64::from(*n))
+        .sum()
+}
+
+/// The most free GPUs on any one node of a free histogram.
+pub fn largest_free_in(hist: &[u32]) -> u32 {
+    hist.iter().rposition(|n| *n > 0).unwrap_or(0) as u32
+}
+
 fn is_zero(v: &u32) -> bool {
     *v == 0
 }
@@ -48,31 +74,17 @@ fn is_zero(v: &u32) -> bool {
 impl GpuCounts {
     /// Free GPUs on schedulable nodes.
     pub fn free(&self) -> u64 {
-        self.free_histogram
-            .iter()
-            .enumerate()
-            .map(|(k, n)| k as u64 * u64::from(*n))
-            .sum()
+        free_in(&self.free_histogram)
     }
 
     /// How many pods of `gpus_per_pod` fit, one pod never spanning nodes.
     pub fn pods_that_fit(&self, gpus_per_pod: u32) -> u64 {
-        if gpus_per_pod == 0 {
-            return u64::MAX;
-        }
-        self.free_histogram
-            .iter()
-            .enumerate()
-            .map(|(k, n)| (k as u64 / u64::from(gpus_per_pod)) * u64::from(*n))
-            .sum()
+        pods_that_fit_in(&self.free_histogram, gpus_per_pod)
     }
 
     /// The most free GPUs on any one node.
     pub fn largest_node_free(&self) -> u32 {
-        self.free_histogram
-            .iter()
-            .rposition(|n| *n > 0)
-            .unwrap_or(0) as u32
+        largest_free_in(&self.free_histogram)
     }
 
     /// Takes `pods` pods of `gpus_per_pod` out of the free histogram, best fit first (the

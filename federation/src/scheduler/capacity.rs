@@ -25,29 +25,9 @@ pub type Hist = Vec<u32>;
 /// No node has more GPUs than this; bounds the histograms the scheduler itself grows.
 const MAX_NODE_GPUS: usize = 1024;
 
-/// How many pods of `g` GPUs fit, one pod never spanning nodes.
-pub fn pods_that_fit(hist: &[u32], g: u32) -> u64 {
-    if g == 0 {
-        return u64::MAX;
-    }
-    let g = g as usize;
-    let mut pods = 0u64;
-    for (k, n) in hist.iter().enumerate().skip(g) {
-        pods += (k / g) as u64 * u64::from(*n);
-    }
-    pods
-}
-
-pub fn free_gpus(hist: &[u32]) -> u64 {
-    hist.iter()
-        .enumerate()
-        .map(|(k, n)| k as u64 * u64::from(*n))
-        .sum()
-}
-
-pub fn largest_node(hist: &[u32]) -> u32 {
-    hist.iter().rposition(|n| *n > 0).unwrap_or(0) as u32
-}
+pub use tideway_api::digest::{
+    free_in as free_gpus, largest_free_in as largest_node, pods_that_fit_in as pods_that_fit,
+};
 
 /// Whether `pods` (sorted by GPUs per pod, largest first) fit in `hist`. Exact for one pod
 /// size; for mixed sizes it runs the same best-fit-decreasing placement `take` would, so a
