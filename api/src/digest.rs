@@ -87,6 +87,26 @@ impl GpuCounts {
         largest_free_in(&self.free_histogram)
     }
 
+    /// Takes `pods` pods of `gpus_per_pod` out of the free histogram, best fit first (the
+    /// fullest node that still fits each pod), as a gang scheduler would. All or nothing:
+    /// returns false and changes nothing when they do not all fit.
+    pub fn take(&mut self, pods: u64, gpus_per_pod: u32) -> bool {
+        if self.pods_that_fit(gpus_per_pod) < pods {
+            return false;
+        }
+        let g = gpus_per_pod as usize;
+        for _ in 0..pods {
+            let Some(k) = (g..self.free_histogram.len()).find(|k| self.free_histogram[*k] > 0)
+            else {
+                return false;
+            };
+            self.free_histogram[k] -= 1;
+            self.free_histogram[k - g] += 1;
+            self.allocated += gpus_per_pod;
+        }
+        true
+    }
+
     pub fn add(&mut self, other: &GpuCounts) {
         self.total += other.total;
         self.allocated += other.allocated;
@@ -226,6 +246,20 @@ mod tests {
         assert_eq!(p.largest_fit(TopologyLevel::Zone, 4), 8);
         assert!(p.fits(2, 4, Some(TopologyLevel::Node)));
         assert!(!p.fits(3, 4, Some(TopologyLevel::Node)));
+    }
+
+    #[test]
+    fn take_is_best_fit_and_all_or_nothing() {
+        let mut c = counts(&[0, 0, 0, 1, 0, 0, 0, 0, 2]);
+        // A 3-GPU pod goes to the 3-free node, not an 8-free one.
+        assert!(c.take(1, 3));
+        assert_eq!(c.free_histogram, vec![1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        // Three 8-GPU pods do not fit: nothing changes.
+        assert!(!c.take(3, 8));
+        assert_eq!(c.free_histogram, vec![1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert!(c.take(2, 8));
+        assert_eq!(c.free(), 0);
+        assert_eq!(c.allocated, 19);
     }
 
     #[test]
