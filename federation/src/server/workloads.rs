@@ -53,20 +53,12 @@ pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, Api
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
         .unwrap_or("application/json");
-    let format = if ct.contains("yaml") {
-        tideway_api::Format::Yaml
-    } else if ct.contains("json") || ct.is_empty() {
-        tideway_api::Format::Json
-    } else {
+    if tideway_api::Format::from_content_type(ct).is_none() {
         return Err(ApiError::UnsupportedMediaType(ct.to_string()));
-    };
-    let w: Workload = match format {
-        tideway_api::Format::Yaml => tideway_api::decode_yaml(body),
-        _ => tideway_api::decode_json(body),
     }
-    .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
-    Ok(w)
+    tideway_api::decode_any(body, Some(ct)).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
 }
 
 pub async fn submit(
