@@ -225,7 +225,7 @@ pub fn decisions_of(
     d
 }
 
-/// Runs a cycle every `route_interval` on the leader.
+/// Runs a cycle every `cycle_interval` on the leader.
 pub async fn schedule_loop(
     raft: Raft,
     data: Arc<RwLock<StateMachineData>>,
@@ -236,10 +236,10 @@ pub async fn schedule_loop(
     metrics: Arc<Metrics>,
 ) {
     let mut cycle = 0u64;
-    let mut pause = cfg.route_interval;
+    let mut pause = cfg.cycle_interval;
     loop {
         tokio::time::sleep(pause).await;
-        pause = cfg.route_interval;
+        pause = cfg.cycle_interval;
         if !raft.is_leader() {
             continue;
         }

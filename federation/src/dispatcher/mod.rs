@@ -20,7 +20,7 @@ pub struct DispatchConfig {
     /// A member's digest is replicated at most this often, unless it changes significantly.
     pub digest_interval: Duration,
     /// How often the leader runs a scheduling cycle.
-    pub route_interval: Duration,
+    pub cycle_interval: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -30,7 +30,7 @@ impl Default for DispatchConfig {
             heartbeat_interval,
             not_ready_after: heartbeat_interval * 3,
             digest_interval: Duration::from_secs(5),
-            route_interval: Duration::from_millis(500),
+            cycle_interval: Duration::from_millis(500),
         }
     }
 }

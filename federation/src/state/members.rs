@@ -269,7 +269,7 @@ impl FederationState {
     }
 }
 
-/// Members by name, for the capacity view and the router.
+/// Members by name, for the capacity view and the scheduler.
 pub type Members = BTreeMap<String, MemberRecord>;
 
 #[cfg(test)]
