@@ -1,4 +1,3 @@
 //! Library side of the `tideway` package: what the binary and the end-to-end tests share.
 
 pub mod procs;
-pub mod simulate;

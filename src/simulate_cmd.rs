@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use tideway::simulate::{self, Options, output, progress::ProgressBar};
+use tideway_simulate::{self as simulate, Options, output, progress::ProgressBar};
 
 #[derive(Args, Debug)]
 pub struct SimulateArgs {

@@ -10,7 +10,6 @@ pub mod forward;
 pub mod node;
 pub mod proposer;
 pub mod raft;
-pub mod scheduler;
 pub mod server;
 pub mod state;
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tideway::simulate::{self, Options, RunOutput};
+use tideway_simulate::{self as simulate, Options, RunOutput};
 
 pub const PHILLY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

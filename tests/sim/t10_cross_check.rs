@@ -201,7 +201,7 @@ fn scheduler_mode_agrees_on_one_gpu_jobs() {
     );
     assert_eq!(sched.summary.mode, "scheduler");
     assert!(sched.summary.run.scheduler_cycles > 0);
-    let starts = |o: &tideway::simulate::RunOutput| -> Vec<(String, Option<i64>)> {
+    let starts = |o: &tideway_simulate::RunOutput| -> Vec<(String, Option<i64>)> {
         o.records.iter().map(|r| (r.uid.clone(), r.start)).collect()
     };
     assert_eq!(starts(&sched), starts(&fifo));

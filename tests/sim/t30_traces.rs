@@ -107,7 +107,7 @@ fn inference_replicas_live_from_creation_to_deletion() {
     assert!(t.filtered["no GPU (CPU-only instance)"] > 10_000);
     assert!(t.jobs > 1000, "{t:?}");
     assert_eq!(s.classes.keys().collect::<Vec<_>>(), ["inference"]);
-    let end = tideway::simulate::time::parse_time("2025-01-02").expect("time");
+    let end = tideway_simulate::time::parse_time("2025-01-02").expect("time");
     for r in &out.records {
         assert_eq!(r.outcome.as_str(), "removed", "{r:?}");
         let e = r.end.expect("removed at its deletion time");

@@ -53,7 +53,7 @@ simulator:
     )
 }
 
-fn start_of(out: &tideway::simulate::RunOutput, uid: &str) -> Option<i64> {
+fn start_of(out: &tideway_simulate::RunOutput, uid: &str) -> Option<i64> {
     out.records
         .iter()
         .find(|r| r.uid == uid)

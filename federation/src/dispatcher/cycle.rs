@@ -18,14 +18,14 @@ use super::liveness::Liveness;
 use crate::proposer::Proposer;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
-use crate::scheduler::{
-    ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
-    SchedulerOutput, SchedulerTuning, schedule,
-};
 use crate::server::metrics::Metrics;
 use crate::state::FederationState;
 use crate::state::command::Command;
 use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision};
+use tideway_scheduler::{
+    ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
+    SchedulerOutput, SchedulerTuning, schedule,
+};
 
 /// Most changed pending reasons written per cycle: a backlog of 100,000 new workloads gets
 /// its reasons over a few cycles instead of in one multi-megabyte entry.
@@ -199,7 +199,7 @@ pub fn decisions_of(
                 cluster,
                 expected_start,
                 ..
-            } => d.reservations.push(crate::scheduler::Reservation {
+            } => d.reservations.push(tideway_scheduler::Reservation {
                 uid: uid.clone(),
                 cluster: cluster.clone(),
                 expected_start: *expected_start,

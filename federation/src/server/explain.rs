@@ -11,7 +11,7 @@ use tideway_api::{PendingReason, WorkloadPhase};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::scheduler::{Decision, Explanation};
+use tideway_scheduler::{Decision, Explanation};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -15,7 +15,7 @@ use tideway_api::{PendingReason, WorkloadPhase};
 
 use super::FederationState;
 use super::command::CommandResult;
-use crate::scheduler::{PoolPlacement, Reservation};
+use tideway_scheduler::{PoolPlacement, Reservation};
 
 /// Evictions are remembered this long, for the preemption budget's window.
 pub const PREEMPTION_MEMORY_SECS: i64 = 3600;

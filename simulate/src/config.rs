@@ -15,7 +15,7 @@ use tideway_agent::sim::{
     ClusterConfig, CsvLayout, CsvModel, Inventory, UniformLayout, inventory::ZoneConfig,
 };
 use tideway_api::{ObjectMeta, Policy, PolicySpec, PoolKind, Validate, decode_yaml};
-use tideway_federation::scheduler::SchedulerTuning;
+use tideway_scheduler::SchedulerTuning;
 
 use super::error::SimulateError;
 

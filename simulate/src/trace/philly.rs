@@ -16,8 +16,8 @@ use tideway_api::WorkloadClass;
 use tideway_api::workload::MAX_POD_COUNT;
 
 use super::{Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
-use crate::simulate::error::SimulateError;
-use crate::simulate::time::parse_time;
+use crate::error::SimulateError;
+use crate::time::parse_time;
 
 const KEYS: [&str; 7] = ["vc", "from", "to", "queue", "flavor", "node-gpus", "limit"];
 
@@ -136,7 +136,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::simulate::trace::Window;
+    use crate::trace::Window;
 
     #[test]
     fn gangs_of_whole_nodes() {

@@ -16,7 +16,7 @@ use tideway_api::{
     PriorityClassSpec, Queue, QueueSpec, SchedulerSettings, TopologyLevel, TopologyRequirement,
     Workload, WorkloadClass, WorkloadSpec,
 };
-use tideway_federation::scheduler::{
+use tideway_scheduler::{
     ClusterView, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget, RunningWorkload,
     SchedulerInput, SchedulerTuning, schedule,
 };
@@ -231,7 +231,7 @@ fn input(pending: usize) -> SchedulerInput {
             let placement = PoolPlacement {
                 flavor: ps.flavor.clone(),
                 pool: "gpu".into(),
-                domain: Some(tideway_federation::scheduler::DomainRef {
+                domain: Some(tideway_scheduler::DomainRef {
                     level: TopologyLevel::Rack,
                     name: rack,
                 }),

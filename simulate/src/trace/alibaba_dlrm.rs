@@ -17,8 +17,8 @@
 use tideway_api::WorkloadClass;
 
 use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
-use crate::simulate::error::SimulateError;
-use crate::simulate::time::Secs;
+use crate::error::SimulateError;
+use crate::time::Secs;
 
 const KEYS: [&str; 7] = ["app", "from", "to", "epoch", "queue", "flavor", "limit"];
 
@@ -202,7 +202,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::simulate::trace::Window;
+    use crate::trace::Window;
 
     const HEADER: &str = "instance_sn,role,app_name,cpu_request,cpu_limit,gpu_request,gpu_limit,rdma_request,rdma_limit,memory_request,memory_limit,disk_request,disk_limit,max_instance_per_node,creation_time,scheduled_time,deletion_time";
 

@@ -14,7 +14,7 @@
 //! bucket it never saw before.
 
 use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
-use tideway_federation::scheduler::RunningWorkload;
+use tideway_scheduler::RunningWorkload;
 
 use super::hash::FastMap;
 use super::time::{Secs, to_utc};

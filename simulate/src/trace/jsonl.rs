@@ -22,8 +22,8 @@ use tideway_agent::sim::cluster::RUNTIME_ANNOTATION;
 use tideway_api::{Validate, Workload, decode_json};
 
 use super::{Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
-use crate::simulate::error::SimulateError;
-use crate::simulate::time::{Secs, parse_time};
+use crate::error::SimulateError;
+use crate::time::{Secs, parse_time};
 
 pub const SUBMIT_AT_ANNOTATION: &str = "tideway.dev/submit-at";
 
@@ -153,7 +153,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::simulate::trace::Window;
+    use crate::trace::Window;
 
     #[test]
     fn fields_or_annotations_and_bad_lines() {

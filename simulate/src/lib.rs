@@ -2,7 +2,7 @@
 //!
 //! The point is to answer "what would Tideway do with this workload on this fleet under this
 //! policy?" with the code that runs in production, not a model of it: admission is the
-//! federation's scheduler core (`tideway_federation::scheduler::schedule`) or a strict FIFO
+//! federation's scheduler core (`tideway_scheduler::schedule`) or a strict FIFO
 //! baseline, and every member cluster is the sim backend's `SimCluster` with its real gang
 //! scheduler. There is no Raft and no HTTP in the loop, and the clock is virtual, so months of
 //! a production trace replay in seconds, deterministically for a given seed.

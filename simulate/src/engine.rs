@@ -23,7 +23,7 @@ use tideway_agent::sim::{PhaseChange, SimCluster, capacity_digest};
 use tideway_api::agent::{Assignment, LocalPhase};
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{Checkpoint, Gang, Placement, PodSet, Policy, Queue, Workload, WorkloadSpec};
-use tideway_federation::scheduler::ClusterView;
+use tideway_scheduler::ClusterView;
 
 use super::config::{Estimates, Member, Mode, SimPolicy, SimulatorSettings};
 use super::fit::{self, FlavorNeed};

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use tideway_api::Policy;
-use tideway_federation::scheduler::{
+use tideway_scheduler::{
     Decision, PendingWorkload, PreemptionBudget, Reservation, RunningWorkload, SchedulerInput,
     schedule,
 };
