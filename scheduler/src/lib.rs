@@ -59,10 +59,3 @@ pub fn schedule(input: &SchedulerInput) -> SchedulerOutput {
     cycle.run();
     cycle.finish()
 }
-
-#[cfg(test)]
-mod properties;
-#[cfg(test)]
-mod scenarios;
-#[cfg(test)]
-mod testkit;

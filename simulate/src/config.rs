@@ -513,8 +513,9 @@ clusters:
       limit: 100
 "#;
         let cfg: FleetConfig = decode_yaml(yaml).unwrap();
-        let base = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let m = cfg.members(base, Path::new("c.yaml")).unwrap();
+        // The crate sits one level below the repository, whose sibling is `shared/`.
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let m = cfg.members(&base, Path::new("c.yaml")).unwrap();
         assert_eq!(m[0].inventory.nodes().len(), 100);
         assert!(m[0].inventory.nodes().iter().all(|n| n.model == "A10"));
     }

@@ -13,12 +13,12 @@ use tideway_api::{
     Workload, WorkloadClass, WorkloadSpec,
 };
 
-use super::decision::Decision;
-use super::input::{
+use tideway_scheduler::decision::Decision;
+use tideway_scheduler::input::{
     ClusterView, PendingWorkload, PreemptionBudget, Reservation, RunningWorkload, SchedulerInput,
     SchedulerTuning, uid_of,
 };
-use super::{SchedulerOutput, schedule};
+use tideway_scheduler::{SchedulerOutput, schedule};
 
 pub fn t0() -> DateTime<Utc> {
     "2030-01-01T00:00:00Z".parse().expect("valid")
@@ -74,7 +74,7 @@ pub struct Fleet {
     pub pending: Vec<PendingWorkload>,
     pub running: Vec<Running>,
     pub reservations: Vec<Reservation>,
-    pub overrides: Vec<super::input::QuotaOverride>,
+    pub overrides: Vec<tideway_scheduler::input::QuotaOverride>,
     pub seq: u64,
     pub seed: u64,
     /// uid -> cluster of every assignment ever made.
@@ -318,11 +318,11 @@ impl Fleet {
     pub fn start_on(&mut self, w: Workload, cluster: &str, started: Option<DateTime<Utc>>) {
         let ci = self.cluster_index(cluster);
         let pool = self.clusters[ci].pools[0].name.clone();
-        let placement = super::input::PoolPlacement {
+        let placement = tideway_scheduler::input::PoolPlacement {
             flavor: w.spec.pod_sets[0].flavor.clone(),
             pool,
             domain: None,
-            pods: vec![super::input::PodCount {
+            pods: vec![tideway_scheduler::input::PodCount {
                 gpus_per_pod: w.spec.pod_sets[0].gpus_per_pod,
                 count: w.spec.pod_sets[0].count,
             }],
@@ -366,7 +366,7 @@ impl Fleet {
     fn place(
         &mut self,
         ci: usize,
-        p: &super::input::PoolPlacement,
+        p: &tideway_scheduler::input::PoolPlacement,
         topology: Option<TopologyRequirement>,
     ) -> Result<Vec<(usize, usize, usize, u32)>, String> {
         let c = &mut self.clusters[ci];

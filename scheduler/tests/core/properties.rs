@@ -9,10 +9,10 @@ use tideway_api::{
     FlavorQuota, Preemptibility, PriorityClass, Queue, TopologyLevel, TopologyRequirement,
 };
 
-use super::decision::Decision;
-use super::input::{SchedulerInput, uid_of};
-use super::schedule;
-use super::testkit::*;
+use crate::testkit::*;
+use tideway_scheduler::decision::Decision;
+use tideway_scheduler::input::{SchedulerInput, uid_of};
+use tideway_scheduler::schedule;
 
 const FLAVORS: [&str; 2] = ["H100", "A100"];
 

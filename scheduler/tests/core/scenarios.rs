@@ -6,11 +6,11 @@ use tideway_api::{
     FlavorQuota, PendingReason, Placement, PoolKind, Preemptibility, TopologyLevel, WorkloadClass,
 };
 
-use super::decision::{Decision, VictimTier};
-use super::explain::{Unblock, Verdict};
-use super::input::{QuotaOverride, uid_of};
-use super::schedule;
-use super::testkit::*;
+use crate::testkit::*;
+use tideway_scheduler::decision::{Decision, VictimTier};
+use tideway_scheduler::explain::{Unblock, Verdict};
+use tideway_scheduler::input::{QuotaOverride, uid_of};
+use tideway_scheduler::schedule;
 
 fn classes() -> Vec<tideway_api::PriorityClass> {
     vec![
@@ -35,13 +35,15 @@ fn one(nodes: usize) -> Fleet {
     )
 }
 
-fn reason(out: &super::SchedulerOutput, uid: &str) -> PendingReason {
+fn reason(out: &tideway_scheduler::SchedulerOutput, uid: &str) -> PendingReason {
     Fleet::decision(out, uid)
         .pending_reason()
         .unwrap_or_else(|| panic!("{uid} was assigned"))
 }
 
-fn preempt(out: &super::SchedulerOutput) -> Option<(Vec<String>, String, u64, VictimTier)> {
+fn preempt(
+    out: &tideway_scheduler::SchedulerOutput,
+) -> Option<(Vec<String>, String, u64, VictimTier)> {
     out.decisions.iter().find_map(|d| match d {
         Decision::Preempt {
             victims,
@@ -313,21 +315,25 @@ fn absurd_input_neither_panics_nor_hangs() {
         .counts
         .free_histogram = vec![0, 0, 0, 0, 0, 0, 0, 0, 9];
     let huge = workload("huge", "q", "high", "H100", u32::MAX, u32::MAX);
-    input.pending.push(super::input::PendingWorkload {
-        workload: huge.clone(),
-        submitted_at: f.now - Duration::days(400),
-        seq: 1,
-    });
+    input
+        .pending
+        .push(tideway_scheduler::input::PendingWorkload {
+            workload: huge.clone(),
+            submitted_at: f.now - Duration::days(400),
+            seq: 1,
+        });
     let mut zero = workload("zero", "q", "normal", "H100", 0, 0);
     zero.spec
         .pod_sets
         .push(tideway_api::PodSet::new("x", 3, 0, "H100"));
-    input.pending.push(super::input::PendingWorkload {
-        workload: zero,
-        submitted_at: f.now,
-        seq: 2,
-    });
-    let mut running = super::input::RunningWorkload {
+    input
+        .pending
+        .push(tideway_scheduler::input::PendingWorkload {
+            workload: zero,
+            submitted_at: f.now,
+            seq: 2,
+        });
+    let mut running = tideway_scheduler::input::RunningWorkload {
         workload: workload("r", "q", "low", "H100", u32::MAX, u32::MAX),
         cluster: "c1".into(),
         pool: "train".into(),
