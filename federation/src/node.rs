@@ -227,7 +227,10 @@ async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError
     for _ in 0..60 {
         let res = http
             .post(format!("http://{via}/v1/cluster/join"))
-            .json(&serde_json::json!({"id": id, "addr": addr}))
+            .json(&tideway_api::cluster::JoinRequest {
+                id,
+                addr: addr.to_string(),
+            })
             .timeout(Duration::from_secs(120))
             .send()
             .await;

@@ -8,13 +8,18 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use openraft::{BasicNode, ChangeMembers};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::raft::state_machine::state_digest;
 use crate::raft::types::NodeId;
-use tideway_api::cluster::NodeStatus;
+use tideway_api::Problem;
+use tideway_api::cluster::{
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
+    SnapshotAck,
+};
 
 pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiError> {
     let m = crate::raft::metrics(&st.raft);
@@ -59,28 +64,15 @@ pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
     tideway_api::decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoinRequest {
-    pub id: NodeId,
-    pub addr: String,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoveRequest {
-    pub id: NodeId,
-}
-
-/// Sends a request on to the leader and relays its JSON answer; a 404 stays a 404 (a member
+/// Sends a request on to the leader and relays its typed answer; a 404 stays a 404 (a member
 /// that must register again needs to hear exactly that), anything else refused is a 503.
-async fn relay(
+async fn relay<B: Serialize, T: DeserializeOwned>(
     st: &AppState,
     method: reqwest::Method,
     path: &str,
-    body: Option<serde_json::Value>,
+    body: Option<&B>,
     timeout: Duration,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<T, ApiError> {
     let leader = st
         .raft
         .current_leader()
@@ -96,45 +88,50 @@ async fn relay(
         .request(method, format!("http://{addr}{path}"))
         .timeout(timeout);
     if let Some(b) = body {
-        req = req.json(&b);
+        req = req.json(b);
     }
     let resp = req
         .send()
         .await
         .map_err(|e| ApiError::Unavailable(format!("forwarding to leader {leader}: {e}")))?;
     let status = resp.status();
-    let v: serde_json::Value = resp
-        .json()
+    let bytes = resp
+        .bytes()
         .await
         .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")))?;
     if status.is_success() {
-        Ok(v)
-    } else if status.as_u16() == 404 {
+        return serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")));
+    }
+    let problem = serde_json::from_slice::<Problem>(&bytes).ok();
+    if status.as_u16() == 404 {
         Err(ApiError::NotFound(
-            v["detail"].as_str().unwrap_or("not found").to_string(),
+            problem
+                .and_then(|p| p.detail)
+                .unwrap_or_else(|| "not found".to_string()),
         ))
     } else {
         Err(ApiError::Unavailable(format!(
-            "leader {leader} answered {status}: {v}"
+            "leader {leader} answered {status}: {}",
+            String::from_utf8_lossy(&bytes)
         )))
     }
 }
 
 /// Sends a write on to the leader when this node does not lead (None: handle it here).
-pub(crate) async fn to_leader<Req: Serialize>(
+pub(crate) async fn to_leader<Req: Serialize, Resp: DeserializeOwned>(
     st: &AppState,
     path: &str,
     req: &Req,
-) -> Result<Option<serde_json::Value>, ApiError> {
+) -> Result<Option<Resp>, ApiError> {
     if st.raft.is_leader() {
         return Ok(None);
     }
-    let body = serde_json::to_value(req).map_err(|e| ApiError::Internal(e.to_string()))?;
     relay(
         st,
         reqwest::Method::POST,
         path,
-        Some(body),
+        Some(req),
         Duration::from_secs(120),
     )
     .await
@@ -142,15 +139,15 @@ pub(crate) async fn to_leader<Req: Serialize>(
 }
 
 /// Sends a read on to the leader (for answers only the leader has in memory).
-pub(crate) async fn get_from_leader(
+pub(crate) async fn get_from_leader<Resp: DeserializeOwned>(
     st: &AppState,
     path: &str,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<Resp, ApiError> {
     relay(
         st,
         reqwest::Method::GET,
         path,
-        None,
+        None::<&()>,
         Duration::from_secs(30),
     )
     .await
@@ -160,7 +157,7 @@ pub(crate) async fn get_from_leader(
 pub async fn join(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<JoinAck>, ApiError> {
     let req: JoinRequest = json_body(body)?;
     if req.addr.parse::<std::net::SocketAddr>().is_err() && !req.addr.contains(':') {
         return Err(ApiError::field("addr", "must be HOST:PORT"));
@@ -190,15 +187,16 @@ pub async fn join(
             .await
             .map_err(|e| ApiError::Unavailable(format!("promoting {} to voter: {e}", req.id)))?;
     }
-    Ok(Json(
-        serde_json::json!({"joined": req.id, "addr": req.addr}),
-    ))
+    Ok(Json(JoinAck {
+        joined: req.id,
+        addr: req.addr,
+    }))
 }
 
 pub async fn remove(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<RemoveAck>, ApiError> {
     let req: RemoveRequest = json_body(body)?;
     if let Some(v) = to_leader(&st, "/v1/cluster/remove", &req).await? {
         return Ok(Json(v));
@@ -222,11 +220,11 @@ pub async fn remove(
             .await
             .map_err(|e| ApiError::Unavailable(format!("removing learner {}: {e}", req.id)))?;
     }
-    Ok(Json(serde_json::json!({"removed": req.id})))
+    Ok(Json(RemoveAck { removed: req.id }))
 }
 
 /// Builds a snapshot on this node now and purges the log it covers.
-pub async fn snapshot(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn snapshot(State(st): State<AppState>) -> Result<Json<SnapshotAck>, ApiError> {
     let applied = crate::raft::metrics(&st.raft)
         .last_applied
         .map(|l| l.index())
@@ -260,17 +258,10 @@ pub async fn snapshot(State(st): State<AppState>) -> Result<Json<serde_json::Val
         )
         .await
         .map_err(|e| ApiError::Unavailable(format!("waiting for the purge: {e}")))?;
-    Ok(Json(serde_json::json!({
-        "snapshot": snap,
-        "purged": m.purged.map(|p| p.index()),
-    })))
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartitionRequest {
-    /// Peers this node stops talking to; empty heals.
-    pub blocked: Vec<NodeId>,
+    Ok(Json(SnapshotAck {
+        snapshot: snap,
+        purged: m.purged.map(|p| p.index()),
+    }))
 }
 
 /// Fault injection: cut this node off from the given peers. Refused unless the server was
@@ -278,7 +269,7 @@ pub struct PartitionRequest {
 pub async fn partition(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PartitionAck>, ApiError> {
     if !st.fault_injection {
         return Err(ApiError::Forbidden(
             "fault injection is disabled; start the server with --fault-injection".into(),
@@ -291,5 +282,5 @@ pub async fn partition(
         .filter_map(|id| st.forwarder.addr_of(*id))
         .collect();
     st.filter.set(ids.clone(), addrs);
-    Ok(Json(serde_json::json!({"blocked": ids})))
+    Ok(Json(PartitionAck { blocked: ids }))
 }
