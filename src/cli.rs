@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tideway_agent::sim_agent::{Layout, SimAgent};
 use tideway_api::WorkloadPhase;
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
@@ -415,11 +416,11 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
         };
-        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
-        let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
+        let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout)))?;
+        let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
-            std::sync::Arc::new(backend),
+            std::sync::Arc::new(sim.backend),
             stop.clone(),
         )));
     }
