@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
-use tideway::procs::ProcCluster;
 use tideway_api::Workload;
 use tideway_api::client::{Client, ListQuery};
+use tideway_testkit::ProcCluster;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

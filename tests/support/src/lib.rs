@@ -1,5 +1,7 @@
-//! Real `tideway server` processes on loopback: the harness of the end-to-end tests and of
-//! `tideway bench`. Nodes can be stopped, killed with SIGKILL, restarted and partitioned.
+//! `tideway-testkit`: real `tideway server` and `tideway agent` processes on loopback, the
+//! harness of the end-to-end tests. Nodes can be stopped, killed with SIGKILL, restarted and
+//! partitioned. Test support only: an unpublished workspace crate, a dev-dependency of the
+//! root package, so none of it ships in the `tideway` binary.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
