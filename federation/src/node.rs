@@ -218,40 +218,33 @@ impl Node {
     }
 }
 
-/// Asks a member to add this node, retrying while the cluster elects or is busy.
+/// Asks a member to add this node, retrying while the cluster elects or is busy: up to 60
+/// attempts, backing off from 200 ms to 1 s with jitter, so that nodes started together do not
+/// knock in step.
 async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError> {
-    let http = tideway_api::http::client_builder()
-        .build()
-        .map_err(|e| NodeError::Raft(e.to_string()))?;
-    let mut last = String::new();
-    for _ in 0..60 {
-        let res = http
-            .post(format!("http://{via}/v1/cluster/join"))
-            .json(&tideway_api::cluster::JoinRequest {
-                id,
-                addr: addr.to_string(),
-            })
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await;
-        match res {
-            Ok(r) if r.status().is_success() => {
-                tracing::info!(id, via, "joined the cluster");
-                return Ok(());
-            }
-            Ok(r) => {
-                last = format!(
-                    "HTTP {}: {}",
-                    r.status(),
-                    r.text().await.unwrap_or_default()
-                )
-            }
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Err(NodeError::Join {
+    use backon::{ExponentialBuilder, Retryable};
+
+    let client = tideway_api::client::Client::new(via).map_err(|e| NodeError::Join {
         via: via.to_string(),
-        reason: last,
-    })
+        reason: e.to_string(),
+    })?;
+    let req = tideway_api::cluster::JoinRequest {
+        id,
+        addr: addr.to_string(),
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(1))
+        .with_jitter()
+        .with_max_times(60);
+    (|| client.cluster_join(&req))
+        .retry(backoff)
+        .notify(|e, after| tracing::debug!(via, error = %e, ?after, "join refused; retrying"))
+        .await
+        .map_err(|e| NodeError::Join {
+            via: via.to_string(),
+            reason: e.to_string(),
+        })?;
+    tracing::info!(id, via, "joined the cluster");
+    Ok(())
 }
