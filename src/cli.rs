@@ -391,7 +391,13 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             (t.clone(), Some(t))
         }
     };
-    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    // One clock for the whole fleet: the simulated members stamp their reports with it and
+    // the leader compares those stamps with its own now (minimum runtimes before preemption,
+    // digest ages), so both must read the same, scaled, time.
+    let clock = crate::agent_cmd::sim_clock(a.time_scale)?;
+    let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
+    node_cfg.clock = clock.clone();
+    let node = Node::start(node_cfg).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -407,7 +413,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
         };
-        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
+        let (backend, cluster, region) =
+            crate::agent_cmd::sim_backend_on(&args, Some(layout), clock.clone())?;
         let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,

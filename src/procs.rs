@@ -1,5 +1,6 @@
 //! Real `tideway server` processes on loopback: the harness of the end-to-end tests and of
 //! `tideway bench`. Nodes can be stopped, killed with SIGKILL, restarted and partitioned.
+#![allow(clippy::disallowed_methods)] // test harness: deadlines on the real wall clock
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
