@@ -53,6 +53,6 @@ pub async fn apply(
         CommandResult::Created {
             object: StoredObject::PriorityClass(p),
         } => Ok(Json(serde_json::to_value(*p).unwrap_or_default())),
-        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+        other => Err(ApiError::unexpected(other)),
     }
 }
