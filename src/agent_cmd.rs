@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 use tideway_agent::agent::{AgentConfig, run};
 use tideway_agent::agent_file::KubeAgentFile;
 use tideway_agent::kube_backend::KubeBackend;
-use tideway_agent::sim_agent::{Layout, SimAgent, SimOptions};
+use tideway_agent::sim_agent::{Layout, SimAgent, SimOptions, sim_clock};
+use tideway_api::clock::SharedClock;
 use tokio::sync::watch;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +56,9 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    /// The sim setup these flags ask for; `layout` stands in when `--config` is absent.
-    pub fn sim_options(&self, layout: Layout) -> SimOptions {
+    /// The sim setup these flags ask for, on `clock`; `layout` stands in when `--config` is
+    /// absent.
+    pub fn sim_options(&self, layout: Layout, clock: SharedClock) -> SimOptions {
         SimOptions {
             layout: match &self.config {
                 Some(p) => Layout::File(p.clone()),
@@ -64,7 +66,7 @@ impl AgentArgs {
             },
             cluster: self.cluster.clone(),
             region: self.region.clone(),
-            time_scale: self.time_scale,
+            clock,
             data: self.data.clone(),
         }
     }
@@ -97,7 +99,8 @@ impl AgentArgs {
 pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     match a.backend {
         BackendKind::Sim => {
-            let sim = SimAgent::build(&a.sim_options(Layout::Default))?;
+            let clock = sim_clock(a.time_scale).context("--time-scale")?;
+            let sim = SimAgent::build(&a.sim_options(Layout::Default, clock))?;
             let federation = a.federation(Vec::new())?;
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)

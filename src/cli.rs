@@ -400,7 +400,13 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    // One clock for the whole fleet: the simulated members stamp their reports with it and
+    // the leader compares those stamps with its own now (minimum runtimes before preemption,
+    // digest ages), so both must read the same, scaled, time.
+    let clock = tideway_agent::sim_agent::sim_clock(a.time_scale)?;
+    let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
+    node_cfg.clock = clock.clone();
+    let node = Node::start(node_cfg).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -416,7 +422,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
         };
-        let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout)))?;
+        let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
         let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tempfile::TempDir;
 use tideway_api::client::Client;
+use tideway_api::clock::{Clock, RealClock};
 use tideway_api::cluster::NodeStatus;
 
 struct Server {
@@ -49,7 +50,7 @@ impl Launcher {
             let join = (id > 1).then(|| l.servers[&1].addr.clone());
             l.spawn(id, join.as_deref())?;
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = RealClock.instant() + Duration::from_secs(60);
         loop {
             if let Ok(leader) = l.leader().await
                 && let Ok(s) = l.status(leader).await
@@ -57,7 +58,7 @@ impl Launcher {
             {
                 return Ok(l);
             }
-            if Instant::now() > deadline {
+            if RealClock.instant() > deadline {
                 bail!("the cluster did not reach {n} voters within 60 s");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -123,12 +124,12 @@ impl Launcher {
 
     /// Waits for a leader.
     pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
-        let deadline = Instant::now() + timeout;
+        let deadline = RealClock.instant() + timeout;
         loop {
             if let Ok(l) = self.leader().await {
                 return Ok(l);
             }
-            if Instant::now() > deadline {
+            if RealClock.instant() > deadline {
                 bail!("no leader within {timeout:?}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod capacity;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod decode;
 pub mod digest;

@@ -5,18 +5,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use tideway_api::clock::{RealClock, SharedClock};
 use tokio::net::TcpListener;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
-use crate::forward::Forwarder;
-use crate::proposer::Proposer;
+use crate::metrics::Metrics;
+use crate::propose::membership::JoinRequest;
+use crate::propose::{Forwarder, Proposer};
 use crate::raft::log_store::RedbLogStore;
 use crate::raft::network::{NetworkFactory, PeerFilter};
 use crate::raft::state_machine::StateMachineStore;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
-use crate::server::metrics::Metrics;
 use crate::server::{self, AppState};
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,9 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
     pub dispatch: DispatchConfig,
+    /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
+    /// its simulated members share.
+    pub clock: SharedClock,
 }
 
 impl NodeConfig {
@@ -70,6 +75,7 @@ impl NodeConfig {
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
             dispatch: DispatchConfig::default(),
+            clock: RealClock::shared(),
         }
     }
 
@@ -135,7 +141,8 @@ impl Node {
             log_stats,
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
-            liveness: Liveness::default(),
+            liveness: Liveness::new(cfg.clock.clone()),
+            clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
         };
@@ -218,32 +225,44 @@ impl Node {
     }
 }
 
-/// Asks a member to add this node, retrying while the cluster elects or is busy: up to 60
-/// attempts, backing off from 200 ms to 1 s with jitter, so that nodes started together do not
-/// knock in step.
+/// Asks a member to add this node, retrying (with backoff and jitter) while the cluster
+/// elects or is busy.
 async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError> {
-    use backon::{ExponentialBuilder, Retryable};
-
-    let client = tideway_api::client::Client::new(via).map_err(|e| NodeError::Join {
-        via: via.to_string(),
-        reason: e.to_string(),
-    })?;
-    let req = tideway_api::cluster::JoinRequest {
+    let http = tideway_api::http::client_builder()
+        .build()
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+    let req = JoinRequest {
         id,
         addr: addr.to_string(),
     };
+    let attempt = || async {
+        let r = http
+            .post(format!("http://{via}/v1/cluster/join"))
+            .json(&req)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.status().is_success() {
+            return Ok(());
+        }
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        Err(format!("HTTP {status}: {body}"))
+    };
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(2))
         .with_jitter()
-        .with_max_times(60);
-    (|| client.cluster_join(&req))
+        .without_max_times()
+        .with_total_delay(Some(Duration::from_secs(30)));
+    attempt
         .retry(backoff)
-        .notify(|e, after| tracing::debug!(via, error = %e, ?after, "join refused; retrying"))
+        .notify(|e, wait| tracing::info!(via, error = %e, ?wait, "join refused; retrying"))
         .await
-        .map_err(|e| NodeError::Join {
+        .map_err(|reason| NodeError::Join {
             via: via.to_string(),
-            reason: e.to_string(),
+            reason,
         })?;
     tracing::info!(id, via, "joined the cluster");
     Ok(())

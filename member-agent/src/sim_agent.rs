@@ -7,11 +7,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tideway_api::clock::{Clock, ClockError, RealClock, ScaledClock, SharedClock};
+
 use crate::backend::BackendError;
-use crate::sim::clock::ClockError;
-use crate::sim::{
-    Clock, Inventory, InventoryError, RealClock, ScaledClock, SimBackend, SimCluster,
-};
+use crate::sim::{Inventory, InventoryError, SimBackend, SimCluster};
 
 /// The layout of a `sim` agent started without one: one small region (`sim-eu`).
 pub const DEFAULT_LAYOUT: &[u8] = include_bytes!("../../deploy/dev/sim-eu.yaml");
@@ -31,9 +30,6 @@ pub enum SimSetupError {
     /// The layout is not a valid cluster layout.
     #[error("the sim cluster layout: {0}")]
     Layout(#[from] InventoryError),
-    /// The time scale is not a usable speed-up.
-    #[error("--time-scale: {0}")]
-    Clock(#[from] ClockError),
     /// The state directory could not be created or its state loaded.
     #[error("the sim cluster's state: {0}")]
     State(String),
@@ -59,10 +55,20 @@ pub struct SimOptions {
     pub cluster: Option<String>,
     /// Its region; the layout's when absent.
     pub region: Option<String>,
-    /// Simulated time runs this many times faster than the wall clock (1: real time).
-    pub time_scale: f64,
+    /// The clock the cluster runs on ([`sim_clock`], or one shared with a dev federation).
+    pub clock: SharedClock,
     /// Where the cluster's state survives the agent (kill -9 included); in memory when absent.
     pub data: Option<PathBuf>,
+}
+
+/// The clock of a standalone sim agent: the wall clock, or virtual time `time_scale` times
+/// faster.
+pub fn sim_clock(time_scale: f64) -> Result<SharedClock, ClockError> {
+    Ok(if (time_scale - 1.0).abs() < f64::EPSILON {
+        Arc::new(RealClock)
+    } else {
+        Arc::new(ScaledClock::new(RealClock.now(), time_scale)?)
+    })
 }
 
 /// A sim backend and the identity its layout (or the options) give it.
@@ -99,11 +105,7 @@ impl SimAgent {
             .region
             .clone()
             .unwrap_or_else(|| inventory.region().to_string());
-        let clock: Arc<dyn Clock> = if (o.time_scale - 1.0).abs() < f64::EPSILON {
-            Arc::new(RealClock)
-        } else {
-            Arc::new(ScaledClock::new(chrono::Utc::now(), o.time_scale)?)
-        };
+        let clock = o.clock.clone();
         let fresh = || SimCluster::new(&inventory);
         let backend = match &o.data {
             Some(dir) => {
@@ -131,7 +133,7 @@ mod tests {
             layout,
             cluster: None,
             region: None,
-            time_scale: 1.0,
+            clock: Arc::new(RealClock),
             data: None,
         }
     }
@@ -154,10 +156,8 @@ mod tests {
     fn bad_inputs_say_what_is_wrong() {
         let e = SimAgent::build(&opts(Layout::File("/no/such/layout.yaml".into()))).unwrap_err();
         assert!(e.to_string().contains("/no/such/layout.yaml"), "{e}");
-        let mut o = opts(Layout::Default);
-        o.time_scale = 0.0;
-        let e = SimAgent::build(&o).unwrap_err();
-        assert!(e.to_string().contains("--time-scale"), "{e}");
+        assert!(sim_clock(0.0).is_err());
+        assert!(sim_clock(60.0).is_ok());
     }
 
     #[test]

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
 use tideway_api::WorkloadPhase;
@@ -15,13 +14,13 @@ use tideway_api::agent::Desired;
 
 use super::DispatchConfig;
 use super::liveness::Liveness;
-use crate::proposer::Proposer;
+use crate::metrics::Metrics;
+use crate::propose::Proposer;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
-use crate::server::metrics::Metrics;
 use crate::state::FederationState;
 use crate::state::command::Command;
-use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision};
+use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision, Reservation};
 use tideway_scheduler::{
     ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
     SchedulerOutput, SchedulerTuning, schedule,
@@ -100,7 +99,7 @@ pub fn build_input(
                         .scheduling
                         .placements
                         .get(&uid)
-                        .cloned()
+                        .map(|ps| ps.iter().map(Into::into).collect())
                         .unwrap_or_default(),
                     started_at: st.started_at,
                     admitted_at,
@@ -151,7 +150,12 @@ pub fn build_input(
         clusters,
         pending,
         running,
-        reservations: state.scheduling.reservations.clone(),
+        reservations: state
+            .scheduling
+            .reservations
+            .iter()
+            .map(Into::into)
+            .collect(),
         preemption_budget,
         quota_overrides: Vec::new(),
         settings,
@@ -178,7 +182,7 @@ pub fn decisions_of(
                         workload: name.clone(),
                         cluster: cluster.clone(),
                         pool: pool.clone(),
-                        placements: placements.clone(),
+                        placements: placements.iter().map(Into::into).collect(),
                     });
                 }
             }
@@ -199,7 +203,7 @@ pub fn decisions_of(
                 cluster,
                 expected_start,
                 ..
-            } => d.reservations.push(tideway_scheduler::Reservation {
+            } => d.reservations.push(Reservation {
                 uid: uid.clone(),
                 cluster: cluster.clone(),
                 expected_start: *expected_start,
@@ -235,6 +239,7 @@ pub async fn schedule_loop(
     last: LastCycleSlot,
     metrics: Arc<Metrics>,
 ) {
+    let clock = live.clock().clone();
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
     loop {
@@ -244,7 +249,7 @@ pub async fn schedule_loop(
             continue;
         }
         cycle += 1;
-        let now = Utc::now();
+        let now = clock.now();
         let input = {
             let Ok(d) = data.read() else { continue };
             // Without a Ready member nothing can be placed or preempted: skip the cycle
@@ -261,11 +266,11 @@ pub async fn schedule_loop(
             build_input(&d.state, |n| live.latest_digest(n), now, cycle)
         };
         let depth = queue_depths(&input);
-        let started = Instant::now();
+        let started = clock.instant();
         let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
             continue;
         };
-        let took = started.elapsed();
+        let took = clock.instant().saturating_duration_since(started);
         metrics.observe_cycle(took, &depth);
         // Scheduling never takes more than about a fifth of a core, however large the
         // backlog: the leader's first duty is to commit.

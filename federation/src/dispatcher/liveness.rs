@@ -10,12 +10,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use chrono::Utc;
 use tideway_api::MemberPhase;
+use tideway_api::clock::SharedClock;
 use tideway_api::digest::CapacityDigest;
 
 use super::DispatchConfig;
-use crate::proposer::Proposer;
+use crate::propose::{ProposeError, Proposer, accepted};
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
 use crate::state::command::Command;
@@ -27,10 +27,11 @@ struct Beat {
     replicated_at: Option<Instant>,
 }
 
-/// The leader's memory of heartbeats.
-#[derive(Clone, Default)]
+/// The leader's memory of heartbeats, timed on the node's clock.
+#[derive(Clone)]
 pub struct Liveness {
     beats: Arc<Mutex<HashMap<String, Beat>>>,
+    clock: SharedClock,
 }
 
 /// Whether a new digest differs enough from the replicated one to replicate it now.
@@ -53,6 +54,18 @@ pub fn significant_change(old: &CapacityDigest, new: &CapacityDigest) -> bool {
 }
 
 impl Liveness {
+    pub fn new(clock: SharedClock) -> Self {
+        Self {
+            beats: Arc::default(),
+            clock,
+        }
+    }
+
+    /// The clock heartbeats are timed on, which the leader loops share.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     /// Records a heartbeat; returns whether its digest should be replicated now.
     pub fn beat(
         &self,
@@ -61,7 +74,7 @@ impl Liveness {
         replicated: Option<&CapacityDigest>,
         cfg: &DispatchConfig,
     ) -> bool {
-        let now = Instant::now();
+        let now = self.clock.instant();
         let Ok(mut beats) = self.beats.lock() else {
             return false;
         };
@@ -94,7 +107,7 @@ impl Liveness {
 
     /// Time since the last heartbeat; a member never heard from starts its clock now.
     fn silence(&self, name: &str) -> std::time::Duration {
-        let now = Instant::now();
+        let now = self.clock.instant();
         match self.beats.lock() {
             Ok(mut b) => {
                 let beat = b.entry(name.to_string()).or_insert(Beat {
@@ -113,6 +126,63 @@ impl Liveness {
             b.clear();
         }
     }
+}
+
+/// The leader's handling of one heartbeat: remember it, bring a NotReady member back to
+/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated.
+pub async fn heartbeat(
+    live: &Liveness,
+    data: &RwLock<StateMachineData>,
+    proposer: &Proposer,
+    cfg: &DispatchConfig,
+    name: &str,
+    digest: CapacityDigest,
+) -> Result<bool, ProposeError> {
+    let known = {
+        let d = data
+            .read()
+            .map_err(|_| ProposeError::Unavailable("state lock poisoned".into()))?;
+        d.state.members.get(name).map(|m| {
+            (
+                m.digest.clone(),
+                m.cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default(),
+            )
+        })
+    };
+    let Some((replicated, phase)) = known else {
+        return Err(ProposeError::NotFound(format!(
+            "member cluster '{name}' is not registered; register first"
+        )));
+    };
+    let due = live.beat(name, digest.clone(), replicated.as_ref(), cfg);
+    if phase == MemberPhase::NotReady {
+        accepted(
+            proposer
+                .propose(Command::MemberHealth {
+                    name: name.to_string(),
+                    phase: MemberPhase::Ready,
+                    message: Some("heartbeats resumed".into()),
+                    at: live.clock.now(),
+                })
+                .await?,
+        )?;
+    }
+    if due {
+        accepted(
+            proposer
+                .propose(Command::MemberDigest {
+                    name: name.to_string(),
+                    digest: Box::new(digest),
+                    at: live.clock.now(),
+                })
+                .await?,
+        )?;
+    }
+    Ok(due)
 }
 
 /// Marks members NotReady when their heartbeats stop. Runs on every node; acts on the leader.
@@ -156,7 +226,7 @@ pub async fn health_monitor(
                         name: name.clone(),
                         phase: MemberPhase::NotReady,
                         message: Some(format!("no heartbeat for {:.1} s", silent.as_secs_f64())),
-                        at: Utc::now(),
+                        at: live.clock.now(),
                     })
                     .await;
             }

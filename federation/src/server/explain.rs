@@ -11,20 +11,30 @@ use tideway_api::explain::ExplainResponse;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::propose::forward::ExplainForward;
 use tideway_scheduler::Decision;
 
 pub async fn explain(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ExplainResponse>, ApiError> {
-    if !st.raft.is_leader() {
-        let v =
-            super::cluster::get_from_leader(&st, &format!("/v1/workloads/{id}/explain")).await?;
-        return Ok(Json(v));
-    }
+    let resp = match st.forwarder.remote_leader().await? {
+        Some(leader) => {
+            let req = ExplainForward { workload: id };
+            st.forwarder
+                .explain::<ExplainResponse>(leader, &req)
+                .await?
+        }
+        None => explain_here(&st, &id).await?,
+    };
+    Ok(Json(resp))
+}
+
+/// The explanation on the leader, which holds the last cycle.
+pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, ApiError> {
     st.read_barrier(false).await?;
     let w = st
-        .read(|d| d.state.workload(&id).cloned())?
+        .read(|d| d.state.workload(id).cloned())?
         .ok_or_else(|| ApiError::NotFound(format!("workload '{id}' not found")))?;
     let uid = w.metadata.uid.clone().unwrap_or_default();
     let status = w.status.clone().unwrap_or_default();
@@ -90,5 +100,5 @@ pub async fn explain(
         summary,
         cycle_at,
     };
-    Ok(Json(resp))
+    Ok(resp)
 }

@@ -6,14 +6,13 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
-use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+use crate::state::command::{Command, CommandResult, StoredObject};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 256;
@@ -66,7 +65,7 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
+    let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
@@ -93,7 +92,7 @@ pub async fn submit(
     let cmd = Command::SubmitWorkload {
         workload: Box::new(w),
         idempotency_key: key,
-        at: Utc::now(),
+        at: st.clock.now(),
     };
     let result = st.proposer.propose(cmd).await;
     let resp = match result {
@@ -109,25 +108,11 @@ pub async fn submit(
             st.metrics.submissions("replayed");
             workload_response(StatusCode::OK, &w)
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Invalid { errors },
-        }) => {
+        Ok(CommandResult::Rejected { rejection }) => {
             st.metrics.submissions("rejected");
-            return Err(ApiError::Invalid(errors));
+            return Err(rejection.into());
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Conflict { name },
-        }) => {
-            st.metrics.submissions("rejected");
-            return Err(ApiError::Conflict(format!(
-                "a workload named '{name}' exists, submitted with another idempotency key"
-            )));
-        }
-        Ok(other) => {
-            return Err(ApiError::Internal(format!(
-                "unexpected state machine answer {other:?}"
-            )));
-        }
+        Ok(other) => return Err(ApiError::unexpected(other)),
         Err(e) => {
             st.metrics.submissions("unavailable");
             return Err(e.into());

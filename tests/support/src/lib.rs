@@ -2,6 +2,7 @@
 //! harness of the end-to-end tests. Nodes can be stopped, killed with SIGKILL, restarted and
 //! partitioned. Test support only: an unpublished workspace crate, a dev-dependency of the
 //! root package, so none of it ships in the `tideway` binary.
+#![allow(clippy::disallowed_methods)] // test harness: deadlines on the real wall clock
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
