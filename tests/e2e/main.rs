@@ -12,3 +12,4 @@ mod t50_bad_input;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
+mod t95_dashboard;
