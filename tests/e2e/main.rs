@@ -13,3 +13,4 @@ mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
 mod t95_dashboard;
+mod t96_deploy;

@@ -20,6 +20,14 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// One series per member cluster and phase, 1 for the phase it is in (as kube-state-metrics
+/// does for pods): alerts match `phase="NotReady"` without knowing every phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberPhaseLabel {
+    pub cluster: String,
+    pub phase: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -39,6 +47,7 @@ pub struct Metrics {
     queue_depth: Family<QueueLabel, Gauge<i64, AtomicI64>>,
     preemptions: Counter<u64, AtomicU64>,
     reroutes: Counter<u64, AtomicU64>,
+    member_phase: Family<MemberPhaseLabel, Gauge<i64, AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -108,7 +117,14 @@ impl Default for Metrics {
             "Workloads assigned again after a failed or evicted attempt",
             reroutes.clone(),
         );
+        let member_phase = Family::<MemberPhaseLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "member_phase",
+            "1 for the phase each member cluster is in (Ready, NotReady, Draining, Cordoned)",
+            member_phase.clone(),
+        );
         Self {
+            member_phase,
             registry,
             cycle_seconds,
             assign_latency,
@@ -156,6 +172,21 @@ impl Metrics {
         self.preemptions.inc_by(n as u64);
     }
 
+    /// Sets every member's phase series from the replicated state.
+    pub fn set_member_phases(&self, members: &[(String, tideway_api::MemberPhase)]) {
+        use tideway_api::MemberPhase::{Cordoned, Draining, NotReady, Ready};
+        for (cluster, current) in members {
+            for phase in [Ready, NotReady, Draining, Cordoned] {
+                self.member_phase
+                    .get_or_create(&MemberPhaseLabel {
+                        cluster: cluster.clone(),
+                        phase: format!("{phase:?}"),
+                    })
+                    .set(i64::from(phase == *current));
+            }
+        }
+    }
+
     pub fn observe_submit(&self, d: Duration) {
         self.submit_latency.observe(d.as_secs_f64());
     }
@@ -183,6 +214,24 @@ pub async fn render(State(st): State<AppState>) -> Response {
     st.metrics.log_syncs.inc_by(syncs.saturating_sub(s));
     let e = st.metrics.log_entries.get();
     st.metrics.log_entries.inc_by(entries.saturating_sub(e));
+    if let Ok(members) = st.read(|d| {
+        d.state
+            .members
+            .iter()
+            .map(|(n, m)| {
+                (
+                    n.clone(),
+                    m.cluster
+                        .status
+                        .as_ref()
+                        .map(|s| s.phase)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>()
+    }) {
+        st.metrics.set_member_phases(&members);
+    }
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &st.metrics.registry).is_err() {
         return (
@@ -199,4 +248,31 @@ pub async fn render(State(st): State<AppState>) -> Response {
         out,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tideway_api::MemberPhase;
+
+    #[test]
+    fn member_phases_are_one_series_per_phase_with_the_current_one_set() {
+        let m = Metrics::default();
+        m.set_member_phases(&[("eu".into(), MemberPhase::NotReady)]);
+        m.set_member_phases(&[("eu".into(), MemberPhase::Ready)]);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry).unwrap();
+        assert!(
+            out.contains(r#"tideway_member_phase{cluster="eu",phase="Ready"} 1"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tideway_member_phase{cluster="eu",phase="NotReady"} 0"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tideway_member_phase{cluster="eu",phase="Cordoned"} 0"#),
+            "{out}"
+        );
+    }
 }
