@@ -177,11 +177,15 @@ function renderMembers(list) {
 function renderQueues(list) {
   const waits = new Map();
   const now = Date.now();
+  // Time to admission: of the workloads admitted so far, and the wait so far of those pending.
   for (const w of workloads) {
-    if (phaseOf(w) !== "Pending" || !w.status || !w.status.submittedAt) continue;
+    const st = w.status || {};
+    if (!st.submittedAt) continue;
+    const until = st.admittedAt ? Date.parse(st.admittedAt) : phaseOf(w) === "Pending" ? now : null;
+    if (until === null) continue;
     const q = w.spec.queue;
     if (!waits.has(q)) waits.set(q, []);
-    waits.get(q).push((now - Date.parse(w.status.submittedAt)) / 1000);
+    waits.get(q).push(Math.max(0, (until - Date.parse(st.submittedAt)) / 1000));
   }
   // Counted from the workloads when the server sends no queue status.
   const counted = new Map();
@@ -394,31 +398,46 @@ async function renderTidal() {
   replace(document.getElementById("tidal"), blocks);
 }
 
-/** Draws windows with start and end times on a bar, marks now, and names current and next. */
+/**
+ * Draws a schedule's timeline: windows on a time bar with now marked, the current window and the
+ * next transition. Accepts the entries as the response itself or as any array in it, each with
+ * a `start` (or `from`) and optionally an `end` (or `to`; else the next entry's start) and a
+ * `window` name; consecutive entries of the same window are merged.
+ */
 function timeline(tl) {
-  const arrays = Object.values(tl).filter((v) => Array.isArray(v));
-  const spans = arrays.flat().filter((x) => x && typeof x === "object" && (x.start || x.from) && (x.end || x.to));
+  const arrays = Array.isArray(tl) ? [tl] : Object.values(tl || {}).filter((v) => Array.isArray(v));
+  const entries = arrays.flat()
+    .filter((x) => x && typeof x === "object" && (x.start || x.from))
+    .map((x) => ({ start: Date.parse(x.start || x.from), end: x.end || x.to ? Date.parse(x.end || x.to) : null, window: x.window ?? x.name ?? null }))
+    .filter((x) => !Number.isNaN(x.start))
+    .sort((a, b) => a.start - b.start);
+  const step = entries.length > 1 ? entries[1].start - entries[0].start : 3600e3;
+  entries.forEach((x, i) => { if (x.end === null) x.end = i + 1 < entries.length ? entries[i + 1].start : x.start + step; });
+  const segs = [];
+  for (const x of entries) {
+    const last = segs[segs.length - 1];
+    if (last && last.window === x.window && last.end === x.start) last.end = x.end;
+    else segs.push({ ...x });
+  }
   const out = [];
-  const cur = tl.current || tl.currentWindow;
-  const next = tl.next || tl.nextTransition;
-  const label = (x) => (x && typeof x === "object" ? (x.window || x.name || x.at || JSON.stringify(x)) : x);
-  if (cur) out.push(h("div", {}, "current window: ", h("b", {}, label(cur))));
-  if (next) out.push(h("div", {}, "next transition: ", h("b", {}, label(next)), next.at ? ` at ${next.at}` : ""));
-  if (spans.length) {
-    const t0 = Math.min(...spans.map((x) => Date.parse(x.start || x.from)));
-    const t1 = Math.max(...spans.map((x) => Date.parse(x.end || x.to)));
-    const width = Math.max(1, t1 - t0);
+  const now = Date.now();
+  const label = (w) => w ?? "(no window: default quotas)";
+  const cur = segs.find((x) => x.start <= now && now < x.end);
+  const next = cur ? segs.find((x) => x.start >= cur.end) : segs.find((x) => x.start > now);
+  if (cur) out.push(h("div", { class: "tl-current" }, "current window: ", h("b", {}, label(cur.window)), ` until ${new Date(cur.end).toLocaleString()}`));
+  if (next) out.push(h("div", { class: "tl-next" }, "next transition: ", h("b", {}, label(next.window)), ` at ${new Date(next.start).toLocaleString()}`));
+  if (segs.length) {
+    const t0 = segs[0].start;
+    const width = Math.max(1, segs[segs.length - 1].end - t0);
+    const names = [...new Set(segs.map((x) => x.window))];
     const bar = h("div", { class: "timeline" });
-    for (const x of spans) {
-      const a = Date.parse(x.start || x.from);
-      const b = Date.parse(x.end || x.to);
-      const el = h("div", { class: "win", title: JSON.stringify(x) }, x.window || x.name || "");
-      el.style.left = `${(100 * (a - t0)) / width}%`;
-      el.style.width = `${(100 * (b - a)) / width}%`;
+    for (const x of segs) {
+      const el = h("div", { class: `win c${names.indexOf(x.window) % 4}`, title: `${label(x.window)}: ${new Date(x.start).toLocaleString()} – ${new Date(x.end).toLocaleString()}` }, x.window || "");
+      el.style.left = `${(100 * (x.start - t0)) / width}%`;
+      el.style.width = `${(100 * (x.end - x.start)) / width}%`;
       bar.append(el);
     }
-    const now = Date.now();
-    if (now >= t0 && now <= t1) {
+    if (now >= t0 && now <= t0 + width) {
       const n = h("div", { class: "now", title: "now" });
       n.style.left = `${(100 * (now - t0)) / width}%`;
       bar.append(n);

@@ -94,6 +94,19 @@ try {
     await page.click("#close-detail");
   }
 
+  // The tidal panel's drawing, on hourly entries like the schedule timeline's: day from an
+  // hour ago for three hours, then night. (The dev server may have no schedules to show.)
+  const tidal = await page.evaluate(() => {
+    const H = 3600e3;
+    const t0 = Math.floor(Date.now() / H) * H - H;
+    const hours = ["day", "day", "day", "night", "night"].map((window, i) => ({ start: new Date(t0 + i * H).toISOString(), window }));
+    const el = timeline({ schedule: "day-night", hours });
+    return { text: el.textContent, windows: el.querySelectorAll(".timeline .win").length, now: el.querySelectorAll(".timeline .now").length };
+  });
+  check("tidal timeline: current window and next transition",
+    tidal.text.includes("current window: day") && tidal.text.includes("next transition: night") && tidal.windows === 2 && tidal.now === 1,
+    JSON.stringify(tidal));
+
   const banner = await page.$eval("#error", (e) => (e.hidden ? "" : e.textContent));
   check("no API error shown", banner === "", banner);
   check("no script errors", consoleErrors.length === 0, consoleErrors.join(" | "));
