@@ -108,6 +108,13 @@ async fn dashboard_shows_clusters_assignments_and_pending_reasons() {
     )
     .await;
 
+    let banner = std::fs::read_to_string(dir.path().join("dev.log")).unwrap();
+    let url = format!("http://{}/ui/", dev.addr);
+    assert!(
+        banner.contains(&format!("dashboard: {url}")),
+        "the dev banner does not print the dashboard URL:\n{banner}"
+    );
+
     // Submitted the way a user does: the CLI.
     let example = repo().join("api/testdata/workload-llama-ft.yaml");
     let (ok, out, err) = tideway(&dev.addr, &["submit", "-f", example.to_str().unwrap()]);
@@ -138,7 +145,7 @@ async fn dashboard_shows_clusters_assignments_and_pending_reasons() {
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.path().join("dashboard.png"));
     let spec = serde_json::json!({
-        "url": format!("http://{}/ui/", dev.addr),
+        "url": url,
         "clusters": DEV_CLUSTERS,
         "assigned": {"name": "llama-ft-1", "cluster": cluster},
         "pending": {"name": "too-big-1", "reason": reason},
