@@ -434,6 +434,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
     }
+    println!("  dashboard: http://{}/ui/", node.addr);
     println!("  API:      http://{}/v1/workloads", node.addr);
     println!("  status:   http://{}/v1/cluster/status", node.addr);
     println!("  metrics:  http://{}/metrics", node.addr);

@@ -24,6 +24,11 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
 
+/// The harness lock alone, for a test that starts its own processes (e.g. `tideway dev`).
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
 pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     let guard = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");

@@ -15,3 +15,5 @@ mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
 mod t90_dev_preemption;
+mod t95_dashboard;
+mod t96_deploy;
