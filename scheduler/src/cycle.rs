@@ -133,6 +133,11 @@ pub struct Hold {
     pub holder_effective: i64,
     pub expected_start: DateTime<Utc>,
     pub active: bool,
+    /// Reservations: running work expected to end by `expected_start`, whose capacity the
+    /// holder counts on; whatever else is free is extra and may be backfilled.
+    pub returning: Vec<u32>,
+    /// Shapes already found to leave the holder no room (capacity only shrinks in a cycle).
+    pub no_room: Vec<u32>,
 }
 
 pub struct Cycle<'a> {
@@ -163,6 +168,8 @@ pub struct Cycle<'a> {
     pub admitted: u32,
     pub stats: SchedulerStats,
     pub decisions: Vec<Decision>,
+    /// Pending workloads per flavor id, counted on first use by `reservation`.
+    pub pending_on_flavor: Vec<u32>,
 }
 
 /// The pool kinds a workload class may use.
@@ -345,6 +352,7 @@ impl<'a> Cycle<'a> {
             admitted: 0,
             stats: SchedulerStats::default(),
             decisions: Vec::with_capacity(input.pending.len()),
+            pending_on_flavor: Vec::new(),
         };
         cycle.load_running(&cluster_ids);
         cycle.load_pending();
@@ -415,11 +423,7 @@ impl<'a> Cycle<'a> {
                 }
                 Some(s) => (VictimTier::Running, secs_between(s, self.now)),
             };
-            let runtime = w
-                .spec
-                .runtime_estimate_seconds
-                .unwrap_or(self.tuning.default_runtime_estimate_seconds);
-            let expected_end = plus_secs(started.unwrap_or(self.now), runtime).max(self.now);
+            let expected_end = self.expected_end(r);
             if let Some(for_uid) = &r.preempting_for {
                 self.waiting_victims
                     .entry(for_uid.as_str())
@@ -591,7 +595,9 @@ impl<'a> Cycle<'a> {
             if self.own_hold.contains_key(&idx) || !self.shapes[s].candidates.contains(&ci) {
                 continue;
             }
-            self.add_hold(HoldKind::Reservation, idx, ci, r.expected_start);
+            if let Some(start) = self.keep_reservation(idx, ci, r.expected_start) {
+                self.add_hold(HoldKind::Reservation, idx, ci, start);
+            }
         }
         // Preemptors whose victims are still leaving keep the capacity they preempted for.
         let mut preempting: Vec<(u32, usize)> = Vec::new();
@@ -614,6 +620,10 @@ impl<'a> Cycle<'a> {
     pub fn add_hold(&mut self, kind: HoldKind, idx: u32, ci: usize, expected_start: DateTime<Utc>) {
         let s = self.shape_of[idx as usize] as usize;
         let h = self.holds.len();
+        let returning = match kind {
+            HoldKind::Reservation => self.returning_by(ci, s, expected_start),
+            HoldKind::Preemption => Vec::new(),
+        };
         self.holds.push(Hold {
             kind,
             cluster: ci,
@@ -623,6 +633,8 @@ impl<'a> Cycle<'a> {
             holder_effective: self.ranks[idx as usize].effective,
             expected_start,
             active: true,
+            returning,
+            no_room: Vec::new(),
         });
         self.holds_on[ci].push(h);
         self.own_hold.insert(idx, h);

@@ -31,6 +31,7 @@ mod capacity;
 mod cycle;
 pub mod decision;
 pub mod error;
+mod estimate;
 pub mod explain;
 mod fair_share;
 mod hash;

@@ -76,12 +76,15 @@ impl Cycle<'_> {
         self.stats.preemption_attempts += 1;
 
         let effective = self.ranks[idx as usize].effective;
-        let runtime = w.spec.runtime_estimate_seconds;
+        let runtime = self.pending_estimate(idx);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
             // Capacity held for another workload is not ours to preempt for.
-            if self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_some()
+            {
                 continue;
             }
             let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
@@ -208,6 +211,12 @@ impl Cycle<'_> {
     /// The cluster's pools with the GPUs of `victims` (or finished work) returned.
     pub fn pools_returning(&self, ci: usize, victims: &[u32]) -> Vec<PoolState> {
         let mut pools = self.clusters[ci].pools.clone();
+        self.return_into(&mut pools, victims);
+        pools
+    }
+
+    /// Returns the GPUs of `victims` (or finished work) to a copy of their cluster's pools.
+    pub fn return_into(&self, pools: &mut [PoolState], victims: &[u32]) {
         for &ri in victims {
             for (pi, d, pc) in &self.running[ri as usize].pods {
                 if let Some(pool) = pools.get_mut(*pi) {
@@ -215,7 +224,6 @@ impl Cycle<'_> {
                 }
             }
         }
-        pools
     }
 
     fn fits_without(&self, ci: usize, s: usize, victims: &[u32]) -> bool {

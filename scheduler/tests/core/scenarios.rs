@@ -574,19 +574,23 @@ fn budget_caps_victims_per_window() {
 fn never_preempts_where_a_reservation_holds_the_capacity() {
     let mut f = one(4);
     f.tuning.reservation_after_seconds = 0;
-    f.start_on(
-        workload("v", "q", "forbidden", "H100", 1, 8),
-        "c1",
-        Some(f.now),
-    );
-    f.start_on(workload("u", "q", "low", "H100", 1, 8), "c1", Some(f.now));
-    // The gang needs all four nodes; evicting u is not enough (v is forbidden): it reserves.
+    // Both are expected to end within the hour (they will not, in truth).
+    for (uid, class) in [("v", "forbidden"), ("u", "low")] {
+        f.true_runtime.insert(uid.into(), 100_000);
+        let w = with_runtime(workload(uid, "q", class, "H100", 1, 8), 3600);
+        f.start_on(w, "c1", Some(f.now));
+    }
+    // The gang needs all four nodes; evicting u is not enough (v is forbidden): with nobody
+    // else waiting a reservation costs nothing, so it reserves.
     f.submit(workload("gang", "q", "normal", "H100", 4, 8));
     let out = f.cycle();
     assert!(matches!(
         Fleet::decision(&out, "gang"),
         Decision::Reserve { .. }
     ));
+    // An hour later u and v overran their estimates; they are now expected to run as long
+    // again, and the gang has waited that long: the reservation still pays and is kept.
+    f.advance(3600);
     // A same-priority job that would fit on a free node is held off it (no runtime
     // estimate, so no backfill) and must not evict u instead: it would preempt for nothing.
     f.submit(workload("w", "q", "normal", "H100", 1, 8));
@@ -886,12 +890,70 @@ fn big_gang_gets_a_reservation_and_starts_while_small_jobs_keep_flowing() {
     }
     let (reserved, _) = reserved_at.expect("gang got a reservation");
     let started = started_at.expect("gang started");
-    // Reserved once it waited 10 minutes; started once the reserved cluster's work (30
-    // minutes) drained.
-    assert!(reserved <= 11, "reserved at cycle {reserved}");
+    // Reserved once it had waited as long as the reserved cluster's work still needed (at
+    // most the 30 minutes of a small job); started once that work drained.
+    assert!(reserved <= 31, "reserved at cycle {reserved}");
     assert!(started - reserved <= small_runtime as usize / cycle_secs as usize + 2);
     assert!(
         small_admitted_while_waiting > 20,
         "{small_admitted_while_waiting}"
     );
+}
+
+/// GPUs in use on all nodes of the fleet.
+fn used_gpus(f: &Fleet) -> u32 {
+    f.clusters
+        .iter()
+        .flat_map(|c| &c.pools)
+        .flat_map(|p| &p.racks)
+        .flat_map(|r| &r.nodes)
+        .map(|n| n.used)
+        .sum()
+}
+
+/// The Philly collapse in miniature: nobody gives run-time estimates, small jobs arrive
+/// faster than they finish and two-node gangs wait among them. Reservations must not turn
+/// the backlog into a stall: the fleet stays busy while work is queued.
+#[test]
+fn reservations_without_estimates_do_not_stall_admission() {
+    let mut f = one(4);
+    f.tuning.reservation_after_seconds = 600;
+    let mut n = 0;
+    let mut feed = |f: &mut Fleet, k: usize| {
+        for _ in 0..k {
+            n += 1;
+            let uid = format!("s{n}");
+            // A heavy tail, as in real traces: one job in ten runs for eight hours.
+            let runtime = if n % 10 == 0 {
+                8 * 3600
+            } else {
+                1200 + 300 * (n % 5) as i64
+            };
+            f.true_runtime.insert(uid.clone(), runtime);
+            f.submit(workload(&uid, "q", "normal", "H100", 1, 1 + (n % 2) as u32));
+        }
+    };
+    feed(&mut f, 40);
+    let mut busy = 0u64;
+    let mut samples = 0u64;
+    for c in 0..360 {
+        f.advance(60);
+        feed(&mut f, 2);
+        if c % 30 == 0 {
+            let uid = format!("gang{c}");
+            f.true_runtime.insert(uid.clone(), 1800);
+            f.submit(workload(&uid, "q", "normal", "H100", 2, 8));
+        }
+        f.cycle();
+        if c >= 60 {
+            busy += u64::from(used_gpus(&f));
+            samples += 32;
+        }
+    }
+    let utilization = busy as f64 / samples as f64;
+    assert!(
+        utilization > 0.85,
+        "the fleet idled with work queued: utilization {utilization:.2}"
+    );
+    assert!(f.pending.len() > 10, "the fleet was contended throughout");
 }
