@@ -45,6 +45,6 @@ pub use quota_schedule::{
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    TopologyRequirement, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
 };

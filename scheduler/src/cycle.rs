@@ -98,7 +98,7 @@ impl Shape {
 }
 
 /// A running (or admitted) workload, as preemption and reservations need it.
-pub struct RunInfo {
+pub struct RunInfo<'a> {
     pub uid: String,
     pub queue: Option<usize>,
     pub base: i32,
@@ -106,6 +106,9 @@ pub struct RunInfo {
     pub gpus: Vec<(usize, u64)>,
     /// (pool index in its cluster, domain index in the pool, pods) for returning capacity.
     pub pods: Vec<(usize, Option<usize>, PodCount)>,
+    /// The nodes it occupies, as its member reported them: (pool index, domain index, node
+    /// id, GPUs). Empty when unknown; see `nodes`.
+    pub nodes: Vec<(usize, Option<usize>, &'a str, u32)>,
     pub tier: VictimTier,
     pub work_lost_seconds: u64,
     pub admitted_at: DateTime<Utc>,
@@ -151,7 +154,7 @@ pub struct Cycle<'a> {
     pub shape_of: Vec<u32>,
     pub ranks: Vec<Rank>,
     pub queue_of: Vec<Option<usize>>,
-    pub running: Vec<RunInfo>,
+    pub running: Vec<RunInfo<'a>>,
     pub on_cluster: Vec<Vec<u32>>,
     pub holds: Vec<Hold>,
     pub holds_on: Vec<Vec<usize>>,
@@ -439,6 +442,7 @@ impl<'a> Cycle<'a> {
                 base: class.value,
                 preemptibility: class.preemptibility,
                 gpus,
+                nodes: super::nodes::located(&pods, r),
                 pods,
                 tier,
                 work_lost_seconds,
@@ -504,8 +508,10 @@ impl<'a> Cycle<'a> {
             let w = &p.workload;
             let class = self.prio.class(&w.spec.priority_class);
             let waited = secs_between(p.submitted_at, self.now);
+            let expected = self.expected_gpu_seconds(w);
             self.ranks.push(Rank {
                 effective: class.effective_priority(waited),
+                expected,
                 seq: p.seq,
             });
             self.queue_of.push(self.book.queue_id(&w.spec.queue));

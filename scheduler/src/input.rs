@@ -207,6 +207,19 @@ impl Default for RoutingWeights {
     }
 }
 
+/// The order among pending workloads of equal priority and fair share.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QueueOrder {
+    /// Submission order.
+    #[default]
+    Fifo,
+    /// Least expected GPU-time first (run-time estimate times GPUs), like Helios's QSSF:
+    /// better average completion time when estimates are good, at the price of FIFO
+    /// fairness. Aging still lifts long-waiting work.
+    ShortestExpectedFirst,
+}
+
 /// Implementation knobs, each with a default that suits a fleet of tens of clusters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -226,6 +239,8 @@ pub struct SchedulerTuning {
     /// (reservation start times) and how long pending work would hold what it takes
     /// (backfill). Conservative on purpose: a short guess would break reservations.
     pub default_runtime_estimate_seconds: u64,
+    /// How equals (same priority, same fair share) are ordered.
+    pub order: QueueOrder,
     /// Stop assigning after this many decisions in one cycle (`Queued` for the rest).
     pub max_assignments_per_cycle: Option<u32>,
     /// Preemption plans evaluated per cycle; bounds the cycle's cost under overload.
@@ -256,6 +271,7 @@ impl Default for SchedulerTuning {
             max_reservations_per_cluster: 1,
             reservation_min_gpus: None,
             default_runtime_estimate_seconds: 24 * 3600,
+            order: QueueOrder::Fifo,
             max_assignments_per_cycle: None,
             max_preemption_attempts_per_cycle: 64,
             preemption_grace_seconds: 30,

@@ -32,10 +32,12 @@ mod cycle;
 pub mod decision;
 pub mod error;
 mod estimate;
+pub mod estimator;
 pub mod explain;
 mod fair_share;
 mod hash;
 pub mod input;
+mod nodes;
 mod ordering;
 mod preemption;
 mod quota;
@@ -44,9 +46,10 @@ mod routing;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;
+pub use estimator::{Estimate, EstimateBasis, EstimatorConfig, RuntimeEstimator};
 pub use explain::{ClusterVerdict, Explanation, Unblock, Verdict};
 pub use input::{
-    ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget,
+    ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget, QueueOrder,
     QuotaOverride, Reservation, RoutingWeights, RunningWorkload, SchedulerInput, SchedulerTuning,
 };
 

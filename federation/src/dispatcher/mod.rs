@@ -6,6 +6,7 @@
 //! log entry, never written around Raft.
 
 pub mod cycle;
+pub mod estimates;
 pub mod liveness;
 
 use std::time::Duration;

@@ -564,10 +564,20 @@ fn budget_caps_victims_per_window() {
     let mut f = one(2);
     f.start_on(workload("v1", "q", "low", "H100", 1, 8), "c1", None);
     f.start_on(workload("v2", "q", "low", "H100", 1, 8), "c1", None);
-    f.budget.max = 1;
+    f.budget.max = 2;
+    f.budget.used_in_window = 1;
     f.submit(workload("w", "q", "high", "H100", 2, 8));
     let out = f.cycle();
     assert_eq!(reason(&out, "w"), PendingReason::RateLimited);
+    // A plan larger than a whole window's budget runs once a window has nothing else in it
+    // (else a big gang could never preempt), and spends it all.
+    f.budget.max = 1;
+    f.budget.used_in_window = 0;
+    let out = f.cycle();
+    assert!(matches!(
+        reason(&out, "w"),
+        PendingReason::WaitingForPreemption { .. }
+    ));
 }
 
 #[test]
@@ -611,6 +621,15 @@ fn never_preempts_where_a_reservation_holds_the_capacity() {
     let out = f.cycle();
     assert!(matches!(
         Fleet::decision(&out, "short"),
+        Decision::Assign { .. }
+    ));
+    // So is work with only a limit that ends before it: it cannot run longer.
+    let mut limited = workload("limited", "q", "normal", "H100", 1, 8);
+    limited.spec.runtime_limit_seconds = Some(60);
+    f.submit(limited);
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "limited"),
         Decision::Assign { .. }
     ));
 }
@@ -956,4 +975,78 @@ fn reservations_without_estimates_do_not_stall_admission() {
         "the fleet idled with work queued: utilization {utilization:.2}"
     );
     assert!(f.pending.len() > 10, "the fleet was contended throughout");
+}
+
+/// A queue's guarantee lent to small jobs comes back as whole nodes: the borrowed nodes are
+/// full of 1-GPU work whose cheapest victims are spread over every node, so evicting the
+/// cheapest first never frees a node; grouped by node (members report them), four nodes are
+/// emptied and the guaranteed 4-node gang starts within the grace period and a few cycles.
+#[test]
+fn guarantee_comes_back_as_whole_nodes_for_a_gang() {
+    let run = |hide_nodes: bool| {
+        let mut f = one(8);
+        f.hide_nodes = hide_nodes;
+        // The default budget, smaller than the 32 victims: a plan larger than a whole
+        // window's budget runs in a window with nothing else evicted.
+        f.budget = tideway_scheduler::input::PreemptionBudget::per_minute(10);
+        f.queues = vec![
+            queue("a", Some("c"), &[("H100", 32)]),
+            queue("b", Some("c"), &[("H100", 32)]),
+        ];
+        // b fills all 64 GPUs (32 borrowed from a), node by node; the most recently started
+        // (least work lost, cheapest) job of every node is one of the first eight.
+        for i in 0..64i64 {
+            let started = f.now - Duration::seconds(((i % 8) * 8 + i / 8 + 1) * 600);
+            f.start_on(
+                workload(&format!("b{i}"), "b", "normal", "H100", 1, 1),
+                "c1",
+                Some(started),
+            );
+        }
+        f.submit(workload("gang", "a", "normal", "H100", 4, 8));
+        for c in 0..6 {
+            let out = f.cycle();
+            if matches!(Fleet::decision(&out, "gang"), Decision::Assign { .. }) {
+                return Some(c);
+            }
+            f.advance(60);
+        }
+        None
+    };
+    let started = run(false).expect("the gang started");
+    assert!(started <= 2, "started at cycle {started}");
+    // Without node reports the freed GPUs look like 1-GPU nodes and the gang stays put.
+    assert_eq!(run(true), None);
+}
+
+/// Shortest-expected-first (QSSF) takes the least expected GPU-time first among equals;
+/// FIFO takes the first submitted.
+#[test]
+fn shortest_expected_first_orders_equals_by_expected_gpu_time() {
+    let first = |order: tideway_scheduler::input::QueueOrder| {
+        let mut f = one(1);
+        f.tuning.order = order;
+        f.submit(with_runtime(
+            workload("long", "q", "normal", "H100", 1, 8),
+            36_000,
+        ));
+        f.submit(with_runtime(
+            workload("short", "q", "normal", "H100", 1, 8),
+            600,
+        ));
+        let mut limited = workload("limited", "q", "normal", "H100", 1, 8);
+        limited.spec.runtime_limit_seconds = Some(3_600);
+        f.submit(limited);
+        let out = f.cycle();
+        out.decisions
+            .iter()
+            .find(|d| matches!(d, Decision::Assign { .. }))
+            .map(|d| d.uid().to_owned())
+    };
+    use tideway_scheduler::input::QueueOrder;
+    assert_eq!(first(QueueOrder::Fifo).as_deref(), Some("long"));
+    assert_eq!(
+        first(QueueOrder::ShortestExpectedFirst).as_deref(),
+        Some("short")
+    );
 }

@@ -83,6 +83,9 @@ pub struct Fleet {
     /// True run times by uid, for workloads whose estimate is not the truth (or is missing);
     /// others run for their `runtimeEstimateSeconds`, or forever without one.
     pub true_runtime: BTreeMap<String, i64>,
+    /// Members do not report the nodes of running work (the scheduler then models freed
+    /// GPUs pod by pod).
+    pub hide_nodes: bool,
     /// First submission and completion of every workload, for completion times.
     pub submitted_at: BTreeMap<String, DateTime<Utc>>,
     pub completed_at: BTreeMap<String, DateTime<Utc>>,
@@ -282,6 +285,7 @@ impl Fleet {
             assigned: BTreeMap::new(),
             finished: Vec::new(),
             true_runtime: BTreeMap::new(),
+            hide_nodes: false,
             submitted_at: BTreeMap::new(),
             completed_at: BTreeMap::new(),
         }
@@ -318,11 +322,35 @@ impl Fleet {
                 })
                 .collect(),
             pending: self.pending.clone(),
-            running: self.running.iter().map(|r| r.rw.clone()).collect(),
+            running: self.running.iter().map(|r| self.reported(r)).collect(),
             reservations: self.reservations.clone(),
             preemption_budget: self.budget,
             quota_overrides: self.overrides.clone(),
         }
+    }
+
+    /// A running workload as its member reports it: with the nodes its pods occupy, unless
+    /// `hide_nodes` (a member that does not say).
+    fn reported(&self, r: &Running) -> RunningWorkload {
+        let mut rw = r.rw.clone();
+        if self.hide_nodes {
+            return rw;
+        }
+        let mut nodes: BTreeMap<String, u32> = BTreeMap::new();
+        for (pi, ri, ni, g) in &r.slots {
+            *nodes
+                .entry(format!(
+                    "{}-p{pi}-r{ri}-n{ni}",
+                    self.clusters[r.cluster].name
+                ))
+                .or_insert(0) += g;
+        }
+        let status = rw.workload.status.get_or_insert_with(Default::default);
+        status.nodes = nodes
+            .into_iter()
+            .map(|(node, gpus)| tideway_api::NodeGpus { node, gpus })
+            .collect();
+        rw
     }
 
     /// Puts a workload straight onto `cluster` as running since `started` (None: admitted
