@@ -123,7 +123,7 @@ struct LocalView {
     cluster: String,
 }
 
-async fn local(State(v): State<LocalView>) -> Json<serde_json::Value> {
+async fn local(State(v): State<LocalView>) -> Json<tideway_api::agent::LocalView> {
     let statuses = v.backend.statuses().await.unwrap_or_default();
     let creations = v
         .backend
@@ -131,11 +131,11 @@ async fn local(State(v): State<LocalView>) -> Json<serde_json::Value> {
         .lock()
         .map(|c| c.creations())
         .unwrap_or(0);
-    Json(serde_json::json!({
-        "cluster": v.cluster,
-        "creations": creations,
-        "workloads": statuses,
-    }))
+    Json(tideway_api::agent::LocalView {
+        cluster: v.cluster.as_str().into(),
+        creations,
+        workloads: statuses,
+    })
 }
 
 fn federation_of(a: &AgentArgs, file: Option<&str>) -> anyhow::Result<Vec<String>> {

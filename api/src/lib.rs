@@ -13,10 +13,12 @@ pub mod client;
 pub mod cluster;
 pub mod decode;
 pub mod digest;
+pub mod explain;
 pub mod http;
 pub mod list;
 pub mod member_cluster;
 pub mod meta;
+pub mod names;
 pub mod policy;
 pub mod priority_class;
 pub mod problem;
@@ -33,6 +35,7 @@ pub use member_cluster::{
     MemberCluster, MemberClusterSpec, MemberClusterStatus, MemberPhase, Pool, PoolKind,
 };
 pub use meta::{API_VERSION, MetaError, ObjectMeta, Resource, TypeMeta, new_uid, validate_name};
+pub use names::{ClusterName, Uid, WorkloadName};
 pub use policy::{Policy, PolicySpec, PolicyStatus, SchedulerSettings};
 pub use priority_class::{
     Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
@@ -46,5 +49,6 @@ pub use quota_schedule::{
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
-    TopologyRequirement, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
+    WorkloadStatus,
 };

@@ -1,6 +1,7 @@
 //! End-to-end tests: real `tideway` processes on loopback, numbered so they read in order.
 //! Each test takes the harness lock: clusters of three processes on a 2-core machine are
 //! not run side by side.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
 mod common;
 mod t10_submit_failover;
@@ -8,6 +9,7 @@ mod t20_restart;
 mod t30_snapshot_catch_up;
 mod t40_partition;
 mod t50_bad_input;
+mod t55_forwarding;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;

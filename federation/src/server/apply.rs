@@ -17,7 +17,7 @@ pub async fn apply(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<AnyResource>, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
     let ct = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -49,10 +49,10 @@ pub async fn apply(
     match st.proposer.propose(cmd).await? {
         CommandResult::Created {
             object: StoredObject::Queue(q),
-        } => Ok(Json(serde_json::to_value(*q).unwrap_or_default())),
+        } => Ok(Json(AnyResource::Queue(*q))),
         CommandResult::Created {
             object: StoredObject::PriorityClass(p),
-        } => Ok(Json(serde_json::to_value(*p).unwrap_or_default())),
-        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+        } => Ok(Json(AnyResource::PriorityClass(*p))),
+        other => Err(ApiError::unexpected(other)),
     }
 }

@@ -6,43 +6,35 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Serialize;
-use tideway_api::{PendingReason, WorkloadPhase};
+use tideway_api::WorkloadPhase;
+use tideway_api::explain::ExplainResponse;
 
 use super::AppState;
 use super::error::ApiError;
-use tideway_scheduler::{Decision, Explanation};
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExplainResponse {
-    pub workload: String,
-    pub uid: String,
-    pub phase: WorkloadPhase,
-    pub cluster: Option<String>,
-    pub message: Option<String>,
-    /// The replicated reason (what `get` shows).
-    pub pending_reason: Option<PendingReason>,
-    /// What the last cycle decided for it and why, if it was pending then.
-    pub decision: Option<String>,
-    pub explanation: Option<Explanation>,
-    /// Human-readable summary, for the CLI.
-    pub summary: String,
-    pub cycle_at: Option<chrono::DateTime<chrono::Utc>>,
-}
+use crate::propose::forward::ExplainForward;
+use tideway_scheduler::Decision;
 
 pub async fn explain(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    if !st.raft.is_leader() {
-        let v =
-            super::cluster::get_from_leader(&st, &format!("/v1/workloads/{id}/explain")).await?;
-        return Ok(Json(v));
-    }
+) -> Result<Json<ExplainResponse>, ApiError> {
+    let resp = match st.forwarder.remote_leader().await? {
+        Some(leader) => {
+            let req = ExplainForward { workload: id };
+            st.forwarder
+                .explain::<ExplainResponse>(leader, &req)
+                .await?
+        }
+        None => explain_here(&st, &id).await?,
+    };
+    Ok(Json(resp))
+}
+
+/// The explanation on the leader, which holds the last cycle.
+pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, ApiError> {
     st.read_barrier(false).await?;
     let w = st
-        .read(|d| d.state.workload(&id).cloned())?
+        .read(|d| d.state.workload(id).cloned())?
         .ok_or_else(|| ApiError::NotFound(format!("workload '{id}' not found")))?;
     let uid = w.metadata.uid.clone().unwrap_or_default();
     let status = w.status.clone().unwrap_or_default();
@@ -97,10 +89,10 @@ pub async fn explain(
         },
     };
     let resp = ExplainResponse {
-        workload: w.metadata.name.clone(),
-        uid,
+        workload: w.metadata.name.clone().into(),
+        uid: uid.into(),
         phase: status.phase,
-        cluster: status.cluster.clone(),
+        cluster: status.cluster.clone().map(Into::into),
         message: status.message.clone(),
         pending_reason: status.pending_reason.clone(),
         decision,
@@ -108,7 +100,5 @@ pub async fn explain(
         summary,
         cycle_at,
     };
-    serde_json::to_value(resp)
-        .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    Ok(resp)
 }

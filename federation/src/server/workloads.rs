@@ -8,12 +8,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
-use tideway_api::list::WorkloadList;
+use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
-use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+use crate::state::command::{Command, CommandResult, StoredObject};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 256;
@@ -109,25 +109,11 @@ pub async fn submit(
             st.metrics.submissions("replayed");
             workload_response(StatusCode::OK, &w)
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Invalid { errors },
-        }) => {
+        Ok(CommandResult::Rejected { rejection }) => {
             st.metrics.submissions("rejected");
-            return Err(ApiError::Invalid(errors));
+            return Err(rejection.into());
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Conflict { name },
-        }) => {
-            st.metrics.submissions("rejected");
-            return Err(ApiError::Conflict(format!(
-                "a workload named '{name}' exists, submitted with another idempotency key"
-            )));
-        }
-        Ok(other) => {
-            return Err(ApiError::Internal(format!(
-                "unexpected state machine answer {other:?}"
-            )));
-        }
+        Ok(other) => return Err(ApiError::unexpected(other)),
         Err(e) => {
             st.metrics.submissions("unavailable");
             return Err(e.into());
@@ -197,12 +183,8 @@ pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = 1000;
 
 fn parse_phase(s: &str) -> Result<WorkloadPhase, ApiError> {
-    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-        ApiError::field(
-            "query:phase",
-            format!("unknown phase '{s}'; one of Pending, Admitted, Assigned, Running, Succeeded, Failed, Cancelled, Preempted"),
-        )
-    })
+    s.parse::<WorkloadPhase>()
+        .map_err(|e| ApiError::field("query:phase", e.to_string()))
 }
 
 pub async fn list(
@@ -262,10 +244,7 @@ pub async fn list_queues(
     let Query(params) = params.map_err(query_error)?;
     st.read_barrier(params.stale).await?;
     let qs = st.read(|d| d.state.queues.values().cloned().collect::<Vec<_>>())?;
-    Ok(
-        Json(serde_json::json!({"apiVersion": API_VERSION, "kind": "QueueList", "items": qs}))
-            .into_response(),
-    )
+    Ok(Json(QueueList::new(qs)).into_response())
 }
 
 pub async fn list_priority_classes(
@@ -281,8 +260,5 @@ pub async fn list_priority_classes(
             .cloned()
             .collect::<Vec<_>>()
     })?;
-    Ok(Json(
-        serde_json::json!({"apiVersion": API_VERSION, "kind": "PriorityClassList", "items": pcs}),
-    )
-    .into_response())
+    Ok(Json(PriorityClassList::new(pcs)).into_response())
 }
