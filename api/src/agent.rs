@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::CapacityDigest;
 use crate::member_cluster::MemberCluster;
 use crate::names::ClusterName;
-use crate::workload::Workload;
+use crate::workload::{NodeGpus, Workload};
 
 /// A workload the federation placed on this member cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +65,10 @@ pub struct LocalStatus {
     #[serde(flatten)]
     pub phase: LocalPhase,
     pub since: DateTime<Utc>,
+    /// While running: the nodes its pods occupy (see `WorkloadStatus::nodes`). Empty when
+    /// the backend does not know (yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeGpus>,
 }
 
 /// What the federation wants done with an assignment.

@@ -257,7 +257,8 @@ pub fn peek_type_meta(
 /// Deliberately not `#[serde(untagged)]`: dispatch is on `kind`, so errors stay precise.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AnyResource {
-    Workload(Workload),
+    /// Boxed: a workload is much larger than the other resources.
+    Workload(Box<Workload>),
     Queue(Queue),
     PriorityClass(PriorityClass),
     QuotaSchedule(QuotaSchedule),
@@ -331,7 +332,7 @@ pub fn decode_resource(
 ) -> Result<AnyResource, DecodeError> {
     let type_meta = peek_type_meta(bytes, content_type_hint)?;
     Ok(match type_meta.kind.as_str() {
-        Workload::KIND => AnyResource::Workload(decode_any(bytes, content_type_hint)?),
+        Workload::KIND => AnyResource::Workload(Box::new(decode_any(bytes, content_type_hint)?)),
         Queue::KIND => AnyResource::Queue(decode_any(bytes, content_type_hint)?),
         PriorityClass::KIND => AnyResource::PriorityClass(decode_any(bytes, content_type_hint)?),
         QuotaSchedule::KIND => AnyResource::QuotaSchedule(decode_any(bytes, content_type_hint)?),

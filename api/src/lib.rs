@@ -49,6 +49,7 @@ pub use quota_schedule::{
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
+    WorkloadStatus,
 };

@@ -138,6 +138,11 @@ pub struct WorkloadSpec {
     /// Lets tidal windows and backfill decide whether the work can finish before a boundary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_estimate_seconds: Option<u64>,
+    /// A hard limit, as Slurm's time limit: the member stops the workload once it has run
+    /// this long. Without an estimate the scheduler plans with the limit (it cannot run
+    /// longer), so a tight limit buys earlier backfill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_limit_seconds: Option<u64>,
     /// Present when the work checkpoints; makes it cheaper to preempt and reclaim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
@@ -166,6 +171,7 @@ impl WorkloadSpec {
             topology: None,
             placement: None,
             runtime_estimate_seconds: None,
+            runtime_limit_seconds: None,
             checkpoint: None,
             retry_limit: None,
             template: None,
@@ -445,6 +451,20 @@ pub struct WorkloadStatus {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
+    /// The nodes its pods occupy while it runs, as its member reports them: opaque ids, only
+    /// compared with each other. With them the scheduler knows which victims together free
+    /// a whole node for a gang.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeGpus>,
+}
+
+/// GPUs a workload holds on one node of its member cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeGpus {
+    /// Opaque and stable while the node exists (the member's node name, or a hash of it).
+    pub node: String,
+    pub gpus: u32,
 }
 
 /// Why a workload is waiting, with the numbers that explain it. Tagged by `type` so clients
@@ -676,6 +696,20 @@ impl CheckAt for WorkloadSpec {
                 MAX_RUNTIME_ESTIMATE_SECONDS,
             );
         }
+        if let Some(limit) = self.runtime_limit_seconds {
+            c.range(
+                at(p, "runtimeLimitSeconds"),
+                limit,
+                1,
+                MAX_RUNTIME_ESTIMATE_SECONDS,
+            );
+            if self.runtime_estimate_seconds.is_some_and(|e| e > limit) {
+                c.push(
+                    at(p, "runtimeEstimateSeconds"),
+                    "must not exceed runtimeLimitSeconds: the workload is stopped at its limit",
+                );
+            }
+        }
         if let Some(checkpoint) = &self.checkpoint {
             c.range(
                 at(p, "checkpoint.intervalSeconds"),
@@ -816,6 +850,10 @@ mod tests {
             admitted_at: None,
             started_at: None,
             finished_at: None,
+            nodes: vec![NodeGpus {
+                node: "n-17".into(),
+                gpus: 8,
+            }],
         });
         w
     }
@@ -827,6 +865,19 @@ mod tests {
         assert_eq!(w, sample());
         assert_eq!(w.spec.total_gpus(), 16);
         assert_eq!(w.spec.gang_min_pods(), 2);
+    }
+
+    #[test]
+    fn runtime_limit_bounds_the_estimate() {
+        let mut w = sample();
+        w.spec.runtime_limit_seconds = Some(3600);
+        let errs = w.validate().unwrap_err();
+        assert!(errs.has_field("spec.runtimeEstimateSeconds"), "{errs}");
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        w.spec.runtime_limit_seconds = Some(7200);
+        w.validate().unwrap();
+        let json = serde_json::to_string(&w).unwrap();
+        assert!(json.contains("\"runtimeLimitSeconds\":7200"), "{json}");
     }
 
     #[test]
@@ -949,6 +1000,7 @@ mod tests {
         ];
         w.spec.gang = Some(Gang { min_count: 200_000 });
         w.spec.runtime_estimate_seconds = Some(0);
+        w.spec.runtime_limit_seconds = Some(0);
         w.spec.checkpoint = Some(Checkpoint {
             interval_seconds: 0,
             last_checkpoint_at: None,
@@ -971,12 +1023,13 @@ mod tests {
             "spec.podSets[1].name",
             "spec.gang.minCount",
             "spec.runtimeEstimateSeconds",
+            "spec.runtimeLimitSeconds",
             "spec.checkpoint.intervalSeconds",
             "spec.template",
         ] {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }
-        assert_eq!(errs.len(), 16, "{errs:#?}");
+        assert_eq!(errs.len(), 17, "{errs:#?}");
     }
 
     #[test]

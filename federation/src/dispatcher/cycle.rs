@@ -141,7 +141,7 @@ pub fn build_input(
         used_in_window: recent.len() as u32,
         refills_at: recent.first().map(|t| **t + window),
     };
-    SchedulerInput {
+    let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
@@ -159,7 +159,9 @@ pub fn build_input(
         preemption_budget,
         quota_overrides: Vec::new(),
         settings,
-    }
+    };
+    super::estimates::fill(&mut input, &super::estimates::learned(state));
+    input
 }
 
 /// The log entry for a cycle's output: only what changes the state.
