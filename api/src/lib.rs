@@ -7,6 +7,8 @@
 //! decoding stops at the first structural problem, validation reports every semantic problem
 //! at once, and both name the offending field with the same camelCase JSON path.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod capacity;
 pub mod client;
