@@ -518,6 +518,7 @@ pub struct WorkloadStatus {
 pub struct NodeGpus {
     /// Opaque and stable while the node exists (the member's node name, or a hash of it).
     pub node: String,
+    /// GPUs its pods hold on that node.
     pub gpus: u32,
 }
 

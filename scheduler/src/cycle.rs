@@ -703,7 +703,7 @@ impl<'a> Cycle<'a> {
     ) {
         let uid = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Pending {
-            uid,
+            uid: uid.into(),
             reason,
             explanation: explanation.into(),
         });
@@ -864,8 +864,8 @@ impl<'a> Cycle<'a> {
         *self.spread_region.entry((key, region)).or_insert(0) += 1;
         *self.spread_total.entry(key).or_insert(0) += 1;
         self.decisions.push(Decision::Assign {
-            uid: uid_of(w).to_owned(),
-            cluster: self.clusters[ci].name.clone(),
+            uid: uid_of(w).into(),
+            cluster: self.clusters[ci].name.as_str().into(),
             pool: placements
                 .first()
                 .map(|p| p.pool.clone())

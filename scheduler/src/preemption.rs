@@ -325,7 +325,7 @@ impl Cycle<'_> {
         for &ri in &plan.victims {
             let r = &mut self.running[ri as usize];
             r.terminating = true;
-            victims.push(r.uid.clone());
+            victims.push(r.uid.as_str().into());
         }
         self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
         self.admit(idx, q);
@@ -334,9 +334,9 @@ impl Cycle<'_> {
         self.add_hold(HoldKind::Preemption, idx, plan.cluster, start);
         let preemptor = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Preempt {
-            preemptor,
+            preemptor: preemptor.into(),
             victims,
-            cluster: self.clusters[plan.cluster].name.clone(),
+            cluster: self.clusters[plan.cluster].name.as_str().into(),
             grace_seconds: plan.grace_seconds,
             cost: plan.cost,
         });

@@ -179,9 +179,9 @@ pub fn decisions_of(
                 pool,
                 placements,
             } => {
-                if let Some(name) = state.uids.get(uid) {
+                if let Some(name) = state.uids.get(uid.as_str()) {
                     d.assign.push(AssignDecision {
-                        workload: name.clone(),
+                        workload: name.as_str().into(),
                         cluster: cluster.clone(),
                         pool: pool.clone(),
                         placements: placements.iter().map(Into::into).collect(),
@@ -213,7 +213,7 @@ pub fn decisions_of(
                     .scheduling
                     .reservations
                     .iter()
-                    .find(|r| &r.uid == uid && &r.cluster == cluster)
+                    .find(|r| r.uid == *uid && r.cluster == *cluster)
                     .map(|r| r.created_at)
                     .unwrap_or(now),
             }),
@@ -281,7 +281,7 @@ pub async fn schedule_loop(
             let Ok(d) = data.read() else { continue };
             let decisions = decisions_of(&d.state, &output, now);
             for a in &decisions.assign {
-                if let Some(w) = d.state.workloads.get(&a.workload)
+                if let Some(w) = d.state.workloads.get(a.workload.as_str())
                     && let Some(st) = &w.status
                 {
                     if let Some(sub) = st.submitted_at {

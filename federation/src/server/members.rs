@@ -162,7 +162,7 @@ pub async fn status(
     let res = st
         .proposer
         .propose(Command::ReportStatus {
-            cluster: name,
+            cluster: name.into(),
             statuses: report.statuses,
         })
         .await?;

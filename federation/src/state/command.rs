@@ -7,7 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload};
+use tideway_api::{
+    ClusterName, FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload,
+    WorkloadName,
+};
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync. On disk and on the wire it travels in a
@@ -84,8 +87,8 @@ pub enum Command {
     },
     /// Place a pending workload (by name) on a member cluster.
     Assign {
-        workload: String,
-        cluster: String,
+        workload: WorkloadName,
+        cluster: ClusterName,
         pool: Option<String>,
         at: DateTime<Utc>,
     },
@@ -96,7 +99,7 @@ pub enum Command {
     },
     /// Status transitions reported by a member's agent.
     ReportStatus {
-        cluster: String,
+        cluster: ClusterName,
         statuses: Vec<LocalStatus>,
     },
     /// Create or replace a priority class.

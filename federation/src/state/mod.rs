@@ -154,14 +154,14 @@ impl FederationState {
                 at,
             } => {
                 self.tick(at);
-                self.assign(&workload, &cluster, pool, at, index)
+                self.assign(workload.as_str(), cluster.as_str(), pool, at, index)
             }
             Command::ApplyCycle { decisions, at } => {
                 self.tick(at);
                 self.apply_cycle(*decisions, at, index)
             }
             Command::ReportStatus { cluster, statuses } => {
-                self.report_status(&cluster, statuses, index)
+                self.report_status(cluster.as_str(), statuses, index)
             }
             Command::PutPriorityClass {
                 mut priority_class,

@@ -52,8 +52,8 @@ fn preempt(
             cost,
             ..
         } => Some((
-            victims.clone(),
-            cluster.clone(),
+            victims.iter().map(|v| v.to_string()).collect(),
+            cluster.to_string(),
             *grace_seconds,
             cost.worst_tier,
         )),
@@ -715,7 +715,7 @@ fn spread_replicas_over_clusters_and_regions() {
         .decisions
         .iter()
         .filter_map(|d| match d {
-            Decision::Assign { cluster, .. } => Some(cluster.clone()),
+            Decision::Assign { cluster, .. } => Some(cluster.to_string()),
             _ => None,
         })
         .collect();
