@@ -11,6 +11,7 @@ pub mod agent;
 pub mod capacity;
 pub mod client;
 pub mod cluster;
+pub mod cron;
 pub mod decode;
 pub mod digest;
 pub mod http;
