@@ -4,6 +4,7 @@
 //!
 //! Also prints the memory a pending workload takes in the scheduler input (MessagePack size,
 //! as replicated, and a heap estimate), whose target is at most 2 KiB.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -1,6 +1,7 @@
 //! End-to-end tests: real `tideway` processes on loopback, numbered so they read in order.
 //! Each test takes the harness lock: clusters of three processes on a 2-core machine are
 //! not run side by side.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
 mod common;
 mod t10_submit_failover;

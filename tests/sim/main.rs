@@ -3,6 +3,7 @@
 //! scheduler-mode behaviours (preemption, determinism).
 //!
 //! Traces are read from `../shared/traces/` (next to the repository), never copied in.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
 mod common;
 mod t10_cross_check;
