@@ -40,6 +40,7 @@ mod preemption;
 mod quota;
 mod reservation;
 mod routing;
+pub mod tidal;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;

@@ -5,3 +5,4 @@
 mod properties;
 mod scenarios;
 mod testkit;
+mod tidal;
