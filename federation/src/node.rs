@@ -156,6 +156,11 @@ impl Node {
             state.last_cycle.clone(),
             state.metrics.clone(),
         )));
+        tasks.push(tokio::spawn(crate::dispatcher::tidal::tidal_loop(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+        )));
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await

@@ -1,5 +1,5 @@
-//! `POST /v1/apply`: create or replace queues and priority classes from a document, until
-//! versioned policies take over.
+//! `POST /v1/apply`: create or replace queues, priority classes and quota schedules from a
+//! document, or apply a whole policy bundle.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -11,7 +11,7 @@ use tideway_api::{AnyResource, Validate};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::state::command::{Command, CommandResult, StoredObject};
+use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
 
 pub async fn apply(
     State(st): State<AppState>,
@@ -27,6 +27,7 @@ pub async fn apply(
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     let at = Utc::now();
+    let (kind, name) = (res.kind(), res.metadata().name.clone());
     let cmd = match res {
         AnyResource::Queue(q) => Command::PutQueue {
             queue: Box::new(q),
@@ -36,11 +37,19 @@ pub async fn apply(
             priority_class: Box::new(pc),
             at,
         },
+        AnyResource::QuotaSchedule(s) => Command::PutQuotaSchedule {
+            schedule: Box::new(s),
+            at,
+        },
+        AnyResource::Policy(p) => Command::PutPolicy {
+            policy: Box::new(p),
+            at,
+        },
         other => {
             return Err(ApiError::field(
                 "kind",
                 format!(
-                    "apply takes Queue and PriorityClass; submit a Workload with `submit`, not {}",
+                    "apply takes Queue, PriorityClass, QuotaSchedule and Policy; submit a Workload with `submit`, not {}",
                     other.kind()
                 ),
             ));
@@ -53,6 +62,17 @@ pub async fn apply(
         CommandResult::Created {
             object: StoredObject::PriorityClass(p),
         } => Ok(Json(serde_json::to_value(*p).unwrap_or_default())),
+        CommandResult::Created {
+            object: StoredObject::QuotaSchedule(s),
+        } => Ok(Json(serde_json::to_value(*s).unwrap_or_default())),
+        CommandResult::Updated { count } => Ok(Json(serde_json::json!({
+            "kind": kind,
+            "metadata": { "name": name },
+            "applied": count,
+        }))),
+        CommandResult::Rejected {
+            rejection: Rejection::Invalid { errors },
+        } => Err(ApiError::Invalid(errors)),
         other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
     }
 }

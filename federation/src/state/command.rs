@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload};
+use tideway_api::{
+    FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue, QuotaSchedule, Workload,
+};
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync.
@@ -77,6 +79,24 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// Create or replace a quota schedule; apply records the window open at `at`.
+    PutQuotaSchedule {
+        schedule: Box<QuotaSchedule>,
+        at: DateTime<Utc>,
+    },
+    /// Apply a whole policy bundle (queues, priority classes, quota schedules, settings).
+    PutPolicy {
+        policy: Box<Policy>,
+        at: DateTime<Utc>,
+    },
+    /// A quota schedule's window changed at `boundary` (proposed by the leader at `at`).
+    TidalTransition {
+        schedule: String,
+        from: Option<String>,
+        to: Option<String>,
+        boundary: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -115,4 +135,5 @@ pub enum StoredObject {
     Queue(Box<Queue>),
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
+    QuotaSchedule(Box<QuotaSchedule>),
 }

@@ -96,11 +96,7 @@ impl<'a> Calendar<'a> {
     }
 
     /// Every opening from local date `first` to `last`, as UTC intervals sorted by start.
-    fn intervals(
-        &self,
-        first: NaiveDate,
-        last: NaiveDate,
-    ) -> Result<Vec<Opening>, ScheduleError> {
+    fn intervals(&self, first: NaiveDate, last: NaiveDate) -> Result<Vec<Opening>, ScheduleError> {
         let mut out = Vec::new();
         let mut date = first;
         while date <= last {
