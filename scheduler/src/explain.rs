@@ -125,6 +125,13 @@ pub enum Unblock {
     FixWorkload {
         problem: String,
     },
+    /// Its side of the fleet loses quota at `boundary` (a tidal window closes) and its
+    /// runtime estimate would outlast it: it starts once the boundary has passed, or at
+    /// once if it can checkpoint.
+    WindowClosing {
+        boundary: DateTime<Utc>,
+        estimate_seconds: u64,
+    },
 }
 
 impl fmt::Display for Unblock {
@@ -201,6 +208,15 @@ impl fmt::Display for Unblock {
             ),
             Self::NextCycle => f.write_str("the next scheduling cycle will consider it"),
             Self::FixWorkload { problem } => write!(f, "fix the workload: {problem}"),
+            Self::WindowClosing {
+                boundary,
+                estimate_seconds,
+            } => write!(
+                f,
+                "its quota window closes at {} and its estimate ({estimate_seconds} s) would \
+                 outlast it; it starts after the boundary, or now if it can checkpoint",
+                boundary.to_rfc3339()
+            ),
         }
     }
 }

@@ -38,6 +38,7 @@ pub mod input;
 mod ordering;
 mod preemption;
 mod quota;
+mod reclaim;
 mod reservation;
 mod routing;
 pub mod tidal;

@@ -209,6 +209,19 @@ impl QuotaBook {
         }
     }
 
+    /// Takes usage back: for a what-if of work leaving (quota preemption plans on a copy).
+    pub fn release(&mut self, q: usize, f: usize, gpus: u64) {
+        let nf = self.nf();
+        let old = self.usage[q * nf + f];
+        let new = old.saturating_sub(gpus);
+        self.usage[q * nf + f] = new;
+        if let Some(l) = &self.limits[q * nf + f] {
+            let c = self.queues[q].cohort * nf + f;
+            self.drawn[c] =
+                (self.drawn[c] - l.draw(old).min(self.drawn[c])).saturating_add(l.draw(new));
+        }
+    }
+
     /// Whether `q` may take `request` (GPUs per flavor) more now.
     pub fn check(&self, q: usize, request: &[(usize, u64)]) -> Result<(), QuotaBlock> {
         let nf = self.nf();

@@ -6,6 +6,7 @@
 //! each change as one Raft entry and feeds the recorded window back here, so the quotas a
 //! cycle sees follow the replicated state, not a node's clock.
 
+mod admission;
 pub mod calendar;
 
 use std::collections::BTreeMap;
