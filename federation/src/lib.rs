@@ -1,14 +1,15 @@
 //! tideway-federation: the replicated federation layer of Tideway.
 //!
-//! Layers, bottom up: `state` (the replicated data and its pure apply), `raft` (log store,
-//! state machine, snapshots, transport), `proposer` and `forward` (getting commands to the
-//! leader in batches), `server` (the HTTP API), and `node` (a node's lifecycle). `scheduler`
-//! is the pure decision core the leader, the simulator and policy dry-run share.
+//! Layers, top down, each using only those below it: `node` (a node's lifecycle), `server`
+//! (the HTTP API), `dispatcher` (the leader loops: liveness and scheduling cycles), `propose`
+//! (batching commands and forwarding every leader-only request), `raft` (log store, state
+//! machine, snapshots, transport) and `state` (the replicated data and its pure apply).
+//! `metrics` is the registry the layers record into; the server renders it.
 
 pub mod dispatcher;
-pub mod forward;
+pub mod metrics;
 pub mod node;
-pub mod proposer;
+pub mod propose;
 pub mod raft;
 pub mod server;
 pub mod state;

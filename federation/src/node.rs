@@ -5,18 +5,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
-use crate::forward::Forwarder;
-use crate::proposer::Proposer;
+use crate::metrics::Metrics;
+use crate::propose::membership::JoinRequest;
+use crate::propose::{Forwarder, Proposer};
 use crate::raft::log_store::RedbLogStore;
 use crate::raft::network::{NetworkFactory, PeerFilter};
 use crate::raft::state_machine::StateMachineStore;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
-use crate::server::metrics::Metrics;
 use crate::server::{self, AppState};
 
 #[derive(Debug, thiserror::Error)]
@@ -223,37 +224,45 @@ impl Node {
     }
 }
 
-/// Asks a member to add this node, retrying while the cluster elects or is busy.
+/// Asks a member to add this node, retrying (with backoff and jitter) while the cluster
+/// elects or is busy.
 async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError> {
     let http = tideway_api::http::client_builder()
         .build()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-    let mut last = String::new();
-    for _ in 0..60 {
-        let res = http
+    let req = JoinRequest {
+        id,
+        addr: addr.to_string(),
+    };
+    let attempt = || async {
+        let r = http
             .post(format!("http://{via}/v1/cluster/join"))
-            .json(&serde_json::json!({"id": id, "addr": addr}))
+            .json(&req)
             .timeout(Duration::from_secs(120))
             .send()
-            .await;
-        match res {
-            Ok(r) if r.status().is_success() => {
-                tracing::info!(id, via, "joined the cluster");
-                return Ok(());
-            }
-            Ok(r) => {
-                last = format!(
-                    "HTTP {}: {}",
-                    r.status(),
-                    r.text().await.unwrap_or_default()
-                )
-            }
-            Err(e) => last = e.to_string(),
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.status().is_success() {
+            return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Err(NodeError::Join {
-        via: via.to_string(),
-        reason: last,
-    })
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        Err(format!("HTTP {status}: {body}"))
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(Duration::from_secs(30)));
+    attempt
+        .retry(backoff)
+        .notify(|e, wait| tracing::info!(via, error = %e, ?wait, "join refused; retrying"))
+        .await
+        .map_err(|reason| NodeError::Join {
+            via: via.to_string(),
+            reason,
+        })?;
+    tracing::info!(id, via, "joined the cluster");
+    Ok(())
 }

@@ -15,13 +15,13 @@ use tideway_api::agent::Desired;
 
 use super::DispatchConfig;
 use super::liveness::Liveness;
-use crate::proposer::Proposer;
+use crate::metrics::Metrics;
+use crate::propose::Proposer;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
-use crate::server::metrics::Metrics;
 use crate::state::FederationState;
 use crate::state::command::Command;
-use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision};
+use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision, Reservation};
 use tideway_scheduler::{
     ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
     SchedulerOutput, SchedulerTuning, schedule,
@@ -100,7 +100,7 @@ pub fn build_input(
                         .scheduling
                         .placements
                         .get(&uid)
-                        .cloned()
+                        .map(|ps| ps.iter().map(Into::into).collect())
                         .unwrap_or_default(),
                     started_at: st.started_at,
                     admitted_at,
@@ -153,7 +153,12 @@ pub fn build_input(
         clusters,
         pending,
         running,
-        reservations: state.scheduling.reservations.clone(),
+        reservations: state
+            .scheduling
+            .reservations
+            .iter()
+            .map(Into::into)
+            .collect(),
         preemption_budget,
         quota_overrides,
         settings,
@@ -180,7 +185,7 @@ pub fn decisions_of(
                         workload: name.clone(),
                         cluster: cluster.clone(),
                         pool: pool.clone(),
-                        placements: placements.clone(),
+                        placements: placements.iter().map(Into::into).collect(),
                     });
                 }
             }
@@ -201,7 +206,7 @@ pub fn decisions_of(
                 cluster,
                 expected_start,
                 ..
-            } => d.reservations.push(tideway_scheduler::Reservation {
+            } => d.reservations.push(Reservation {
                 uid: uid.clone(),
                 cluster: cluster.clone(),
                 expected_start: *expected_start,

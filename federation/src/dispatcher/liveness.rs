@@ -15,7 +15,7 @@ use tideway_api::MemberPhase;
 use tideway_api::digest::CapacityDigest;
 
 use super::DispatchConfig;
-use crate::proposer::Proposer;
+use crate::propose::{ProposeError, Proposer, accepted};
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
 use crate::state::command::Command;
@@ -113,6 +113,63 @@ impl Liveness {
             b.clear();
         }
     }
+}
+
+/// The leader's handling of one heartbeat: remember it, bring a NotReady member back to
+/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated.
+pub async fn heartbeat(
+    live: &Liveness,
+    data: &RwLock<StateMachineData>,
+    proposer: &Proposer,
+    cfg: &DispatchConfig,
+    name: &str,
+    digest: CapacityDigest,
+) -> Result<bool, ProposeError> {
+    let known = {
+        let d = data
+            .read()
+            .map_err(|_| ProposeError::Unavailable("state lock poisoned".into()))?;
+        d.state.members.get(name).map(|m| {
+            (
+                m.digest.clone(),
+                m.cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default(),
+            )
+        })
+    };
+    let Some((replicated, phase)) = known else {
+        return Err(ProposeError::NotFound(format!(
+            "member cluster '{name}' is not registered; register first"
+        )));
+    };
+    let due = live.beat(name, digest.clone(), replicated.as_ref(), cfg);
+    if phase == MemberPhase::NotReady {
+        accepted(
+            proposer
+                .propose(Command::MemberHealth {
+                    name: name.to_string(),
+                    phase: MemberPhase::Ready,
+                    message: Some("heartbeats resumed".into()),
+                    at: Utc::now(),
+                })
+                .await?,
+        )?;
+    }
+    if due {
+        accepted(
+            proposer
+                .propose(Command::MemberDigest {
+                    name: name.to_string(),
+                    digest: Box::new(digest),
+                    at: Utc::now(),
+                })
+                .await?,
+        )?;
+    }
+    Ok(due)
 }
 
 /// Marks members NotReady when their heartbeats stop. Runs on every node; acts on the leader.

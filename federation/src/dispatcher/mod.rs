@@ -6,7 +6,10 @@
 //! takes over at once and a deposed one stops acting. Everything they decide is proposed as a
 //! log entry, never written around Raft.
 
+mod convert;
 pub mod cycle;
+#[cfg(test)]
+mod cycle_tests;
 pub mod liveness;
 pub mod tidal;
 

@@ -17,7 +17,7 @@ use tideway_scheduler::tidal::{
 };
 use tideway_scheduler::{ClusterView, QuotaOverride};
 
-use crate::proposer::Proposer;
+use crate::propose::Proposer;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
 use crate::state::FederationState;

@@ -24,7 +24,22 @@ pub struct StateMachineData {
     pub state: FederationState,
 }
 
-/// The bytes of a snapshot's state part: everything but the meta.
+/// The bytes of a snapshot's state part (everything but the meta), in a versioned envelope:
+/// a node given a snapshot in a format it does not know refuses it with "unknown variant
+/// `vN`" instead of reading garbage. A change of the state's shape is a new variant.
+#[derive(serde::Deserialize)]
+enum SnapshotFormat {
+    #[serde(rename = "v1")]
+    V1(SnapshotBody),
+}
+
+/// [`SnapshotFormat`] for writing, by reference (the same encoding).
+#[derive(serde::Serialize)]
+enum SnapshotFormatRef<'a> {
+    #[serde(rename = "v1")]
+    V1(SnapshotBodyRef<'a>),
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SnapshotBody {
     last_applied: Option<LogId>,
@@ -62,14 +77,22 @@ impl StateMachineStore {
     }
 
     fn restore(&self, bytes: &[u8]) -> io::Result<()> {
-        let body: SnapshotBody = rmp_serde::from_slice(bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let SnapshotFormat::V1(body) = decode_snapshot(bytes)?;
         let mut d = self.data.write().map_err(io_err)?;
         d.last_applied = body.last_applied;
         d.membership = body.membership;
         d.state = body.state;
         Ok(())
     }
+}
+
+fn decode_snapshot(bytes: &[u8]) -> io::Result<SnapshotFormat> {
+    rmp_serde::from_slice(bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("snapshot data in an unknown or corrupt format: {e}"),
+        )
+    })
 }
 
 /// A digest of the replicated state, equal on every node that applied the same log.
@@ -88,11 +111,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let (meta, bytes) = {
             let d = self.data.read().map_err(io_err)?;
-            let body = SnapshotBodyRef {
+            let body = SnapshotFormatRef::V1(SnapshotBodyRef {
                 last_applied: &d.last_applied,
                 membership: &d.membership,
                 state: &d.state,
-            };
+            });
             let bytes = rmp_serde::to_vec_named(&body).map_err(io_err)?;
             let meta = SnapshotMeta {
                 last_log_id: d.last_applied,
@@ -196,5 +219,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: s.meta,
             snapshot: std::io::Cursor::new(s.data),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_data_carries_its_format_and_refuses_an_unknown_one() {
+        let state = FederationState::default();
+        let membership = StoredMembership::default();
+        let bytes = rmp_serde::to_vec_named(&SnapshotFormatRef::V1(SnapshotBodyRef {
+            last_applied: &None,
+            membership: &membership,
+            state: &state,
+        }))
+        .expect("encode");
+        let SnapshotFormat::V1(body) = decode_snapshot(&bytes).expect("v1 decodes");
+        assert_eq!(body.state, state);
+        let at = bytes
+            .windows(3)
+            .position(|w| w == [0xa2, b'v', b'1'])
+            .expect("the envelope names its version");
+        let mut v2 = bytes.clone();
+        v2[at + 2] = b'2';
+        let err = decode_snapshot(&v2).err().expect("v2 refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("unknown variant `v2`"), "{err}");
     }
 }

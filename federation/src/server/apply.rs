@@ -73,6 +73,6 @@ pub async fn apply(
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),
-        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+        other => Err(ApiError::unexpected(other)),
     }
 }

@@ -7,11 +7,11 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::propose::membership::{self, JoinRequest, RemoveRequest};
 use crate::raft::state_machine::state_digest;
 use crate::raft::types::NodeId;
 use tideway_api::cluster::NodeStatus;
@@ -59,137 +59,13 @@ pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
     tideway_api::decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoinRequest {
-    pub id: NodeId,
-    pub addr: String,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoveRequest {
-    pub id: NodeId,
-}
-
-/// Sends a request on to the leader and relays its JSON answer; a 404 stays a 404 (a member
-/// that must register again needs to hear exactly that), anything else refused is a 503.
-async fn relay(
-    st: &AppState,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<serde_json::Value>,
-    timeout: Duration,
-) -> Result<serde_json::Value, ApiError> {
-    let leader = st
-        .raft
-        .current_leader()
-        .await
-        .ok_or_else(|| ApiError::Unavailable("no leader is known".into()))?;
-    let addr = st
-        .forwarder
-        .addr_of(leader)
-        .ok_or_else(|| ApiError::Unavailable(format!("no address for leader {leader}")))?;
-    let mut req = st
-        .forwarder
-        .http()
-        .request(method, format!("http://{addr}{path}"))
-        .timeout(timeout);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("forwarding to leader {leader}: {e}")))?;
-    let status = resp.status();
-    let v: serde_json::Value = resp
-        .json()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("reply from leader {leader}: {e}")))?;
-    if status.is_success() {
-        Ok(v)
-    } else if status.as_u16() == 404 {
-        Err(ApiError::NotFound(
-            v["detail"].as_str().unwrap_or("not found").to_string(),
-        ))
-    } else {
-        Err(ApiError::Unavailable(format!(
-            "leader {leader} answered {status}: {v}"
-        )))
-    }
-}
-
-/// Sends a write on to the leader when this node does not lead (None: handle it here).
-pub(crate) async fn to_leader<Req: Serialize>(
-    st: &AppState,
-    path: &str,
-    req: &Req,
-) -> Result<Option<serde_json::Value>, ApiError> {
-    if st.raft.is_leader() {
-        return Ok(None);
-    }
-    let body = serde_json::to_value(req).map_err(|e| ApiError::Internal(e.to_string()))?;
-    relay(
-        st,
-        reqwest::Method::POST,
-        path,
-        Some(body),
-        Duration::from_secs(120),
-    )
-    .await
-    .map(Some)
-}
-
-/// Sends a read on to the leader (for answers only the leader has in memory).
-pub(crate) async fn get_from_leader(
-    st: &AppState,
-    path: &str,
-) -> Result<serde_json::Value, ApiError> {
-    relay(
-        st,
-        reqwest::Method::GET,
-        path,
-        None,
-        Duration::from_secs(30),
-    )
-    .await
-}
-
 /// Adds a node: first as a learner that catches up, then as a voter.
 pub async fn join(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req: JoinRequest = json_body(body)?;
-    if req.addr.parse::<std::net::SocketAddr>().is_err() && !req.addr.contains(':') {
-        return Err(ApiError::field("addr", "must be HOST:PORT"));
-    }
-    if let Some(v) = to_leader(&st, "/v1/cluster/join", &req).await? {
-        return Ok(Json(v));
-    }
-    let m = crate::raft::metrics(&st.raft);
-    let is_voter = m
-        .membership_config
-        .membership()
-        .voter_ids()
-        .any(|v| v == req.id);
-    if !is_voter {
-        st.raft
-            .add_learner(
-                req.id,
-                BasicNode {
-                    addr: req.addr.clone(),
-                },
-                true,
-            )
-            .await
-            .map_err(|e| ApiError::Unavailable(format!("adding learner {}: {e}", req.id)))?;
-        st.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([req.id])), false)
-            .await
-            .map_err(|e| ApiError::Unavailable(format!("promoting {} to voter: {e}", req.id)))?;
-    }
+    membership::join(&st.raft, &st.forwarder, &req).await?;
     Ok(Json(
         serde_json::json!({"joined": req.id, "addr": req.addr}),
     ))
@@ -200,28 +76,7 @@ pub async fn remove(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req: RemoveRequest = json_body(body)?;
-    if let Some(v) = to_leader(&st, "/v1/cluster/remove", &req).await? {
-        return Ok(Json(v));
-    }
-    let m = crate::raft::metrics(&st.raft);
-    let mem = m.membership_config.membership();
-    if !mem.nodes().any(|(id, _)| *id == req.id) {
-        return Err(ApiError::NotFound(format!(
-            "node {} is not a member",
-            req.id
-        )));
-    }
-    if mem.voter_ids().any(|v| v == req.id) {
-        st.raft
-            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([req.id])), false)
-            .await
-            .map_err(|e| ApiError::Unavailable(format!("removing {}: {e}", req.id)))?;
-    } else {
-        st.raft
-            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([req.id])), false)
-            .await
-            .map_err(|e| ApiError::Unavailable(format!("removing learner {}: {e}", req.id)))?;
-    }
+    membership::remove(&st.raft, &st.forwarder, &req).await?;
     Ok(Json(serde_json::json!({"removed": req.id})))
 }
 

@@ -4,7 +4,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tideway_api::{FieldError, Problem};
 
-use crate::proposer::ProposeError;
+use crate::propose::ProposeError;
+use crate::state::command::{CommandResult, Rejection};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -28,9 +29,47 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// The one mapping from what the leader answered to an HTTP error.
 impl From<ProposeError> for ApiError {
     fn from(e: ProposeError) -> Self {
-        ApiError::Unavailable(e.to_string())
+        match e {
+            ProposeError::NotFound(m) => ApiError::NotFound(m),
+            ProposeError::Rejected(r) => r.into(),
+            e @ (ProposeError::NoLeader
+            | ProposeError::Unavailable(_)
+            | ProposeError::ShuttingDown) => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        match r {
+            Rejection::Invalid { errors } => ApiError::Invalid(errors),
+            Rejection::Conflict { name } => ApiError::Conflict(format!(
+                "'{name}' exists, submitted with another idempotency key"
+            )),
+        }
+    }
+}
+
+impl ApiError {
+    /// This error as the leader's answer to a forwarded request, so the follower that asked
+    /// answers its client alike.
+    pub fn into_forwardable(self) -> ProposeError {
+        match self {
+            ApiError::NotFound(m) => ProposeError::NotFound(m),
+            ApiError::Invalid(errors) => ProposeError::Rejected(Rejection::Invalid { errors }),
+            other => ProposeError::Unavailable(other.to_string()),
+        }
+    }
+
+    /// A command's result other than the ones a handler expects.
+    pub fn unexpected(res: CommandResult) -> Self {
+        match res {
+            CommandResult::Rejected { rejection } => rejection.into(),
+            other => ApiError::Internal(format!("unexpected state machine answer {other:?}")),
+        }
     }
 }
 

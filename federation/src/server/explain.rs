@@ -6,14 +6,15 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tideway_api::{PendingReason, WorkloadPhase};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::propose::forward::ExplainForward;
 use tideway_scheduler::{Decision, Explanation};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExplainResponse {
     pub workload: String,
@@ -35,14 +36,25 @@ pub async fn explain(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if !st.raft.is_leader() {
-        let v =
-            super::cluster::get_from_leader(&st, &format!("/v1/workloads/{id}/explain")).await?;
-        return Ok(Json(v));
-    }
+    let resp = match st.forwarder.remote_leader().await? {
+        Some(leader) => {
+            let req = ExplainForward { workload: id };
+            st.forwarder
+                .explain::<ExplainResponse>(leader, &req)
+                .await?
+        }
+        None => explain_here(&st, &id).await?,
+    };
+    serde_json::to_value(resp)
+        .map(Json)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The explanation on the leader, which holds the last cycle.
+pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, ApiError> {
     st.read_barrier(false).await?;
     let w = st
-        .read(|d| d.state.workload(&id).cloned())?
+        .read(|d| d.state.workload(id).cloned())?
         .ok_or_else(|| ApiError::NotFound(format!("workload '{id}' not found")))?;
     let uid = w.metadata.uid.clone().unwrap_or_default();
     let status = w.status.clone().unwrap_or_default();
@@ -108,7 +120,5 @@ pub async fn explain(
         summary,
         cycle_at,
     };
-    serde_json::to_value(resp)
-        .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    Ok(resp)
 }

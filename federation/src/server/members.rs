@@ -15,28 +15,28 @@ use tideway_api::capacity::{
     CapacitySummary, CapacityView, ClusterCapacity, FRAGMENTATION_DEFINITION, FlavorCapacity,
     PoolCapacity, RegionCapacity,
 };
-use tideway_api::{MemberCluster, MemberPhase, Validate};
+use tideway_api::{MemberCluster, Validate};
 
 use super::AppState;
-use super::cluster::{json_body, to_leader};
+use super::cluster::json_body;
 use super::error::ApiError;
-use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
-
-fn rejection(r: Rejection) -> ApiError {
-    match r {
-        Rejection::Invalid { errors } => ApiError::Invalid(errors),
-        Rejection::Conflict { name } => ApiError::Conflict(format!("'{name}' exists")),
-    }
-}
+use crate::dispatcher::liveness;
+use crate::propose::forward::HeartbeatForward;
+use crate::state::command::{Command, CommandResult, StoredObject};
 
 fn member_of(res: CommandResult) -> Result<MemberCluster, ApiError> {
     match res {
         CommandResult::Created {
             object: StoredObject::MemberCluster(m),
         } => Ok(*m),
-        CommandResult::Rejected { rejection: r } => Err(rejection(r)),
-        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+        other => Err(ApiError::unexpected(other)),
     }
+}
+
+/// A member name from a path: a DNS-1123 label, or a 400 that names it. A name that passed
+/// this can never reach another route, wherever it is used.
+pub(crate) fn member_name(name: &str) -> Result<(), ApiError> {
+    tideway_api::meta::validate_name(name).map_err(|e| ApiError::field("name", e.to_string()))
 }
 
 pub async fn register(
@@ -63,6 +63,7 @@ pub async fn heartbeat(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    member_name(&name)?;
     let hb: Heartbeat = json_body(body)?;
     if hb.digest.cluster != name {
         return Err(ApiError::field(
@@ -74,52 +75,26 @@ pub async fn heartbeat(
         ));
     }
     // Liveness lives on the leader: a follower passes the heartbeat on.
-    if let Some(v) = to_leader(&st, &format!("/v1/members/{name}/heartbeat"), &hb).await? {
-        return Ok(Json(v));
-    }
-    let known = st.read(|d| {
-        d.state.members.get(&name).map(|m| {
-            (
-                m.digest.clone(),
-                m.cluster
-                    .status
-                    .as_ref()
-                    .map(|s| s.phase)
-                    .unwrap_or_default(),
+    let due = match st.forwarder.remote_leader().await? {
+        Some(leader) => {
+            let fwd = HeartbeatForward {
+                member: name.clone(),
+                heartbeat: hb,
+            };
+            st.forwarder.heartbeat(leader, &fwd).await?
+        }
+        None => {
+            liveness::heartbeat(
+                &st.liveness,
+                &st.data,
+                &st.proposer,
+                &st.dispatch,
+                &name,
+                hb.digest,
             )
-        })
-    })?;
-    let Some((replicated, phase)) = known else {
-        return Err(ApiError::NotFound(format!(
-            "member cluster '{name}' is not registered; register first"
-        )));
+            .await?
+        }
     };
-    let due = st
-        .liveness
-        .beat(&name, hb.digest.clone(), replicated.as_ref(), &st.dispatch);
-    if phase == MemberPhase::NotReady {
-        member_of(
-            st.proposer
-                .propose(Command::MemberHealth {
-                    name: name.clone(),
-                    phase: MemberPhase::Ready,
-                    message: Some("heartbeats resumed".into()),
-                    at: Utc::now(),
-                })
-                .await?,
-        )?;
-    }
-    if due {
-        member_of(
-            st.proposer
-                .propose(Command::MemberDigest {
-                    name: name.clone(),
-                    digest: Box::new(hb.digest),
-                    at: Utc::now(),
-                })
-                .await?,
-        )?;
-    }
     Ok(Json(
         serde_json::json!({"member": name, "digestReplicated": due}),
     ))
@@ -190,8 +165,7 @@ pub async fn status(
         .await?;
     match res {
         CommandResult::Updated { count } => Ok(Json(serde_json::json!({ "updated": count }))),
-        CommandResult::Rejected { rejection: r } => Err(rejection(r)),
-        other => Err(ApiError::Internal(format!("unexpected answer {other:?}"))),
+        other => Err(ApiError::unexpected(other)),
     }
 }
 

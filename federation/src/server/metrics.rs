@@ -1,202 +1,36 @@
-//! Prometheus metrics of a federation node.
+//! `GET /metrics`: renders the node's registry (kept in [`crate::metrics`]).
 
-use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 use super::AppState;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabel {
-    pub queue: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: String,
-}
-
-pub struct Metrics {
-    registry: Registry,
-    submissions: Family<ResultLabel, Counter>,
-    submit_latency: Histogram,
-    term: Gauge<i64, AtomicI64>,
-    is_leader: Gauge<i64, AtomicI64>,
-    last_applied: Gauge<i64, AtomicI64>,
-    log_syncs: Counter<u64, AtomicU64>,
-    log_entries: Counter<u64, AtomicU64>,
-    cycle_seconds: Histogram,
-    assign_latency: Histogram,
-    queue_depth: Family<QueueLabel, Gauge<i64, AtomicI64>>,
-    preemptions: Counter<u64, AtomicU64>,
-    reroutes: Counter<u64, AtomicU64>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        let mut registry = Registry::with_prefix("tideway");
-        let submissions = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "workload_submissions",
-            "Workload submissions by outcome",
-            submissions.clone(),
-        );
-        let submit_latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register(
-            "workload_submit_latency_seconds",
-            "Time from request to acknowledged commit",
-            submit_latency.clone(),
-        );
-        let term = Gauge::default();
-        registry.register("raft_term", "Current Raft term", term.clone());
-        let is_leader = Gauge::default();
-        registry.register("raft_is_leader", "1 if this node leads", is_leader.clone());
-        let last_applied = Gauge::default();
-        registry.register(
-            "raft_last_applied_index",
-            "Last applied log index",
-            last_applied.clone(),
-        );
-        let log_syncs = Counter::default();
-        registry.register(
-            "raft_log_syncs",
-            "Durable log write transactions (fsyncs)",
-            log_syncs.clone(),
-        );
-        let log_entries = Counter::default();
-        registry.register(
-            "raft_log_entries",
-            "Log entries appended",
-            log_entries.clone(),
-        );
-        let cycle_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register(
-            "scheduler_cycle_seconds",
-            "Time the scheduler core took for one cycle",
-            cycle_seconds.clone(),
-        );
-        let assign_latency = Histogram::new(exponential_buckets(0.05, 2.0, 18));
-        registry.register(
-            "workload_submit_to_assign_seconds",
-            "Time from submission to assignment to a member cluster",
-            assign_latency.clone(),
-        );
-        let queue_depth = Family::<QueueLabel, Gauge<i64, AtomicI64>>::default();
-        registry.register(
-            "queue_pending_workloads",
-            "Pending workloads per queue",
-            queue_depth.clone(),
-        );
-        let preemptions = Counter::default();
-        registry.register(
-            "preemptions",
-            "Workloads sent a preemption notice",
-            preemptions.clone(),
-        );
-        let reroutes = Counter::default();
-        registry.register(
-            "reroutes",
-            "Workloads assigned again after a failed or evicted attempt",
-            reroutes.clone(),
-        );
-        Self {
-            registry,
-            cycle_seconds,
-            assign_latency,
-            queue_depth,
-            preemptions,
-            reroutes,
-            submissions,
-            submit_latency,
-            term,
-            is_leader,
-            last_applied,
-            log_syncs,
-            log_entries,
-        }
-    }
-}
-
-impl Metrics {
-    pub fn submissions(&self, result: &str) {
-        self.submissions
-            .get_or_create(&ResultLabel {
-                result: result.to_string(),
-            })
-            .inc();
-    }
-
-    pub fn observe_cycle(&self, d: Duration, depth: &std::collections::BTreeMap<String, i64>) {
-        self.cycle_seconds.observe(d.as_secs_f64());
-        for (q, n) in depth {
-            self.queue_depth
-                .get_or_create(&QueueLabel { queue: q.clone() })
-                .set(*n);
-        }
-    }
-
-    pub fn observe_assign(&self, d: Duration) {
-        self.assign_latency.observe(d.as_secs_f64());
-    }
-
-    pub fn reroute(&self) {
-        self.reroutes.inc();
-    }
-
-    pub fn preempted(&self, n: usize) {
-        self.preemptions.inc_by(n as u64);
-    }
-
-    pub fn observe_submit(&self, d: Duration) {
-        self.submit_latency.observe(d.as_secs_f64());
-    }
-}
+use crate::metrics::NodeGauges;
 
 pub async fn render(State(st): State<AppState>) -> Response {
     let m = crate::raft::metrics(&st.raft);
-    st.metrics.term.set(m.current_term as i64);
-    st.metrics
-        .is_leader
-        .set(i64::from(m.current_leader == Some(m.id)));
-    st.metrics
-        .last_applied
-        .set(m.last_applied.map(|l| l.index() as i64).unwrap_or(0));
-    let syncs = st
-        .log_stats
-        .syncs
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let entries = st
-        .log_stats
-        .entries
-        .load(std::sync::atomic::Ordering::Relaxed);
-    // Counters only go up; catch them up to the store's own counts.
-    let s = st.metrics.log_syncs.get();
-    st.metrics.log_syncs.inc_by(syncs.saturating_sub(s));
-    let e = st.metrics.log_entries.get();
-    st.metrics.log_entries.inc_by(entries.saturating_sub(e));
-    let mut out = String::new();
-    if prometheus_client::encoding::text::encode(&mut out, &st.metrics.registry).is_err() {
-        return (
+    let node = NodeGauges {
+        term: m.current_term,
+        is_leader: m.current_leader == Some(m.id),
+        last_applied: m.last_applied.map(|l| l.index()).unwrap_or(0),
+        log_syncs: st.log_stats.syncs.load(Ordering::Relaxed),
+        log_entries: st.log_stats.entries.load(Ordering::Relaxed),
+    };
+    match st.metrics.encode(&node) {
+        Ok(out) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(_) => (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "encode failed",
         )
-            .into_response();
+            .into_response(),
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
 }

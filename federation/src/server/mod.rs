@@ -19,15 +19,15 @@ use openraft::ReadPolicy;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
-use crate::forward::Forwarder;
-use crate::proposer::Proposer;
+use crate::metrics::Metrics;
+use crate::propose::forward::routes;
+use crate::propose::{Forwarder, Proposer};
 use crate::raft::log_store::LogStats;
 use crate::raft::network::PeerFilter;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
 
 use self::error::ApiError;
-use self::metrics::Metrics;
 
 /// Request bodies larger than this are refused with 413 before they are parsed.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -116,8 +116,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/remove", post(cluster::remove))
         .route("/v1/cluster/snapshot", post(cluster::snapshot))
         .route("/v1/debug/partition", post(cluster::partition))
-        .route("/internal/propose", post(internal::propose))
-        .route("/internal/read-index", post(internal::read_index))
+        .route(routes::PROPOSE, post(internal::propose))
+        .route(routes::READ_INDEX, post(internal::read_index))
+        .route(routes::JOIN, post(internal::join))
+        .route(routes::REMOVE, post(internal::remove))
+        .route(routes::HEARTBEAT, post(internal::heartbeat))
+        .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

@@ -13,7 +13,7 @@ use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
-use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+use crate::state::command::{Command, CommandResult, StoredObject};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 256;
@@ -109,25 +109,11 @@ pub async fn submit(
             st.metrics.submissions("replayed");
             workload_response(StatusCode::OK, &w)
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Invalid { errors },
-        }) => {
+        Ok(CommandResult::Rejected { rejection }) => {
             st.metrics.submissions("rejected");
-            return Err(ApiError::Invalid(errors));
+            return Err(rejection.into());
         }
-        Ok(CommandResult::Rejected {
-            rejection: Rejection::Conflict { name },
-        }) => {
-            st.metrics.submissions("rejected");
-            return Err(ApiError::Conflict(format!(
-                "a workload named '{name}' exists, submitted with another idempotency key"
-            )));
-        }
-        Ok(other) => {
-            return Err(ApiError::Internal(format!(
-                "unexpected state machine answer {other:?}"
-            )));
-        }
+        Ok(other) => return Err(ApiError::unexpected(other)),
         Err(e) => {
             st.metrics.submissions("unavailable");
             return Err(e.into());

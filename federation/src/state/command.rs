@@ -12,10 +12,37 @@ use tideway_api::{
 };
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
-/// log entry, one replication message and one fsync.
+/// log entry, one replication message and one fsync. On disk and on the wire it travels in a
+/// [`LogFormat`] envelope.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(into = "LogFormat", from = "LogFormat")]
 pub struct Request {
     pub commands: Vec<Command>,
+}
+
+/// The versioned form of a log entry's payload. A node meeting a version it does not know
+/// fails to decode with "unknown variant `vN`" before reading any of it; a change of what a
+/// command carries is a new variant with explicit upgrade code, never a silent reinterpretation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum LogFormat {
+    #[serde(rename = "v1")]
+    V1 { commands: Vec<Command> },
+}
+
+impl From<Request> for LogFormat {
+    fn from(r: Request) -> Self {
+        LogFormat::V1 {
+            commands: r.commands,
+        }
+    }
+}
+
+impl From<LogFormat> for Request {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::V1 { commands } => Request { commands },
+        }
+    }
 }
 
 impl std::fmt::Display for Request {
@@ -136,4 +163,37 @@ pub enum StoredObject {
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
     QuotaSchedule(Box<QuotaSchedule>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_entries_carry_their_format_and_refuse_an_unknown_one() {
+        let req = Request {
+            commands: vec![Command::ReportStatus {
+                cluster: "c1".into(),
+                statuses: vec![],
+            }],
+        };
+        let bytes = rmp_serde::to_vec_named(&req).expect("encode");
+        let v: rmp_serde::decode::Error =
+            rmp_serde::from_slice::<Request>(&rename_version(&bytes)).expect_err("v2 refused");
+        assert!(v.to_string().contains("unknown variant `v2`"), "{v}");
+        let back: Request = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back, req);
+    }
+
+    /// The same bytes with the envelope's version tag changed from v1 to v2.
+    fn rename_version(bytes: &[u8]) -> Vec<u8> {
+        let v1 = [0xa2, b'v', b'1'];
+        let at = bytes
+            .windows(3)
+            .position(|w| w == v1)
+            .expect("the envelope names its version");
+        let mut out = bytes.to_vec();
+        out[at + 2] = b'2';
+        out
+    }
 }

@@ -13,12 +13,51 @@ use serde::{Deserialize, Serialize};
 use tideway_api::agent::Desired;
 use tideway_api::{PendingReason, WorkloadPhase};
 
+use tideway_api::TopologyLevel;
+
 use super::FederationState;
 use super::command::CommandResult;
-use tideway_scheduler::{PoolPlacement, Reservation};
 
 /// Evictions are remembered this long, for the preemption budget's window.
 pub const PREEMPTION_MEMORY_SECS: i64 = 3600;
+
+/// Where some of a workload's pods go: one pool of one flavor, optionally kept inside one
+/// topology domain. The state's own record of the scheduler's placement, so that a change in
+/// the core's types is a deliberate change of the log and snapshot format, not a silent one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    pub flavor: String,
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<Domain>,
+    pub pods: Vec<Pods>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Domain {
+    pub level: TopologyLevel,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pods {
+    pub gpus_per_pod: u32,
+    pub count: u32,
+}
+
+/// A hold on one cluster for a big gang that waited too long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reservation {
+    /// UID of the gang.
+    pub uid: String,
+    pub cluster: String,
+    pub expected_start: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,7 +83,7 @@ pub struct AssignDecision {
     pub workload: String,
     pub cluster: String,
     pub pool: String,
-    pub placements: Vec<PoolPlacement>,
+    pub placements: Vec<Placement>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +102,7 @@ pub struct PreemptDecision {
 pub struct SchedulingState {
     pub reservations: Vec<Reservation>,
     /// Where each assigned workload's pods went (by UID), as the scheduler decided.
-    pub placements: BTreeMap<String, Vec<PoolPlacement>>,
+    pub placements: BTreeMap<String, Vec<Placement>>,
     /// Victim UID → the preemptor it is making room for, while its notice runs.
     pub preempting: BTreeMap<String, String>,
     /// Times of recent evictions, oldest first.

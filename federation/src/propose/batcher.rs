@@ -8,10 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use openraft::errors::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::forward::Forwarder;
+use super::{Forwarder, ProposeError};
 use crate::raft::types::Raft;
 use crate::state::command::{Command, CommandResult, Request};
 
@@ -20,16 +21,6 @@ pub const MAX_BATCH: usize = 512;
 /// Batches in flight at once per node: two keep the pipeline busy (one commits while the
 /// next fills) without splitting concurrent proposals into batches of one.
 const MAX_IN_FLIGHT: usize = 2;
-
-#[derive(Debug, thiserror::Error, Clone)]
-pub enum ProposeError {
-    #[error("no leader is known; the cluster may be electing one")]
-    NoLeader,
-    #[error("the leader did not commit in time: {0}")]
-    Unavailable(String),
-    #[error("this node is shutting down")]
-    ShuttingDown,
-}
 
 type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
 
@@ -95,6 +86,23 @@ async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, 
 /// How long a batch keeps trying to reach a leader, across elections.
 const COMMIT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Waits between attempts: short at first (an election takes a few hundred milliseconds),
+/// with jitter so that every node's batches do not hit a new leader in the same instant.
+fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(COMMIT_DEADLINE))
+}
+
+/// Whether another attempt may succeed: a refusal or a shutdown is final.
+fn retryable(e: &ProposeError) -> bool {
+    matches!(e, ProposeError::NoLeader | ProposeError::Unavailable(_))
+}
+
 /// Commits a batch locally when this node leads, or forwards it to the leader. Retrying is safe:
 /// every submission carries an idempotency key, so a batch applied twice answers twice alike.
 async fn commit(
@@ -103,36 +111,24 @@ async fn commit(
     cmds: Vec<Command>,
 ) -> Result<Vec<CommandResult>, ProposeError> {
     let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
-    let mut last_err = ProposeError::NoLeader;
-    loop {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(last_err);
-        }
-        let leader = raft.current_leader().await;
-        let remaining = deadline - tokio::time::Instant::now();
-        let attempt = match leader {
+    let attempt = || async {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match forwarder.remote_leader().await? {
+            Some(leader) => forwarder.propose(leader, &cmds).await,
             // A leader cut off from its quorum never commits: bound each attempt.
-            Some(l) if l == *raft.node_id() => {
-                tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(ProposeError::Unavailable(
-                            "not committed in time: is a quorum reachable?".into(),
-                        ))
-                    })
-            }
-            Some(l) => forwarder.propose(l, &cmds).await,
-            None => Err(ProposeError::NoLeader),
-        };
-        match attempt {
-            Ok(results) => return Ok(results),
-            Err(ProposeError::ShuttingDown) => return Err(ProposeError::ShuttingDown),
-            Err(e) => {
-                last_err = e;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            None => tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ProposeError::Unavailable(
+                        "not committed in time: is a quorum reachable?".into(),
+                    ))
+                }),
         }
-    }
+    };
+    attempt
+        .retry(backoff())
+        .when(|e| retryable(e) && tokio::time::Instant::now() < deadline)
+        .await
 }
 
 pub async fn commit_local(

@@ -1,0 +1,186 @@
+//! Forwarding from a follower to the leader. One file, so it is plain which requests may travel
+//! between nodes and how: each is a typed message on its own `/internal` route, encoded as
+//! MessagePack, and its answer is a [`Forwarded`]. Nothing a client sent is formatted into a
+//! URL: the leader's address comes from the membership, the route is a constant.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tideway_api::agent::Heartbeat;
+
+use super::ProposeError;
+use super::membership::{JoinRequest, RemoveRequest};
+use crate::raft::network::{MSGPACK, PeerFilter};
+use crate::raft::types::{NodeId, Raft};
+use crate::state::command::{Command, CommandResult, Rejection};
+
+/// The routes the leader serves to its followers.
+pub mod routes {
+    pub const PROPOSE: &str = "/internal/propose";
+    pub const READ_INDEX: &str = "/internal/read-index";
+    pub const JOIN: &str = "/internal/join";
+    pub const REMOVE: &str = "/internal/remove";
+    pub const HEARTBEAT: &str = "/internal/heartbeat";
+    pub const EXPLAIN: &str = "/internal/explain";
+}
+
+/// What the leader answers to a forwarded request.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Forwarded<T> {
+    Ok(T),
+    /// The receiver is not the leader (any more); the sender looks the leader up again.
+    NotLeader,
+    Unavailable(String),
+    NotFound(String),
+    Rejected(Rejection),
+}
+
+impl<T> Forwarded<T> {
+    /// The reply for a request that failed on the leader.
+    pub fn refused(e: ProposeError) -> Self {
+        match e {
+            ProposeError::NoLeader => Forwarded::NotLeader,
+            ProposeError::NotFound(m) => Forwarded::NotFound(m),
+            ProposeError::Rejected(r) => Forwarded::Rejected(r),
+            e @ (ProposeError::Unavailable(_) | ProposeError::ShuttingDown) => {
+                Forwarded::Unavailable(e.to_string())
+            }
+        }
+    }
+}
+
+/// A heartbeat a follower received, on its way to the leader. `member` was checked to be a
+/// valid name and to match the digest before it left the follower.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HeartbeatForward {
+    pub member: String,
+    pub heartbeat: Heartbeat,
+}
+
+/// An explain request on its way to the leader, which alone holds the last cycle.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ExplainForward {
+    /// A workload name or UID.
+    pub workload: String,
+}
+
+#[derive(Clone)]
+pub struct Forwarder {
+    raft: Raft,
+    http: reqwest::Client,
+    filter: PeerFilter,
+}
+
+impl Forwarder {
+    pub fn new(raft: Raft, http: reqwest::Client, filter: PeerFilter) -> Self {
+        Self { raft, http, filter }
+    }
+
+    /// The API address of a member, from the current membership.
+    pub fn addr_of(&self, id: NodeId) -> Option<String> {
+        let m = crate::raft::metrics(&self.raft).membership_config;
+        m.membership()
+            .nodes()
+            .find(|(nid, _)| **nid == id)
+            .map(|(_, n)| n.addr.clone())
+    }
+
+    /// The leader this node knows of, unless it is this node.
+    pub async fn remote_leader(&self) -> Result<Option<NodeId>, ProposeError> {
+        match self.raft.current_leader().await {
+            Some(l) if l == *self.raft.node_id() => Ok(None),
+            Some(l) => Ok(Some(l)),
+            None => Err(ProposeError::NoLeader),
+        }
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        leader: NodeId,
+        route: &'static str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, ProposeError> {
+        if self.filter.is_blocked(leader) {
+            return Err(ProposeError::Unavailable(format!(
+                "leader {leader} is partitioned away (fault injection)"
+            )));
+        }
+        let addr = self.addr_of(leader).ok_or(ProposeError::NoLeader)?;
+        let body =
+            rmp_serde::to_vec_named(req).map_err(|e| ProposeError::Unavailable(e.to_string()))?;
+        let resp = self
+            .http
+            .post(format!("http://{addr}{route}"))
+            .header(reqwest::header::CONTENT_TYPE, MSGPACK)
+            .body(body)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| {
+                ProposeError::Unavailable(format!("forwarding to leader {leader}: {e}"))
+            })?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| ProposeError::Unavailable(e.to_string()))?;
+        match rmp_serde::from_slice::<Forwarded<Resp>>(&bytes) {
+            Ok(Forwarded::Ok(v)) => Ok(v),
+            Ok(Forwarded::NotLeader) => Err(ProposeError::NoLeader),
+            Ok(Forwarded::Unavailable(m)) => Err(ProposeError::Unavailable(m)),
+            Ok(Forwarded::NotFound(m)) => Err(ProposeError::NotFound(m)),
+            Ok(Forwarded::Rejected(r)) => Err(ProposeError::Rejected(r)),
+            Err(e) => Err(ProposeError::Unavailable(format!(
+                "bad reply from leader {leader}: {e}"
+            ))),
+        }
+    }
+
+    pub async fn propose(
+        &self,
+        leader: NodeId,
+        cmds: &[Command],
+    ) -> Result<Vec<CommandResult>, ProposeError> {
+        self.call(leader, routes::PROPOSE, &cmds, Duration::from_secs(5))
+            .await
+    }
+
+    /// Asks the leader for a ReadIndex: a log index that, once applied here, makes a local
+    /// read linearizable.
+    pub async fn read_index(&self, leader: NodeId) -> Result<u64, ProposeError> {
+        self.call(leader, routes::READ_INDEX, &(), Duration::from_secs(5))
+            .await
+    }
+
+    /// Membership changes wait for a new node to catch up: allow them long.
+    pub async fn join(&self, leader: NodeId, req: &JoinRequest) -> Result<(), ProposeError> {
+        self.call(leader, routes::JOIN, req, Duration::from_secs(120))
+            .await
+    }
+
+    pub async fn remove(&self, leader: NodeId, req: &RemoveRequest) -> Result<(), ProposeError> {
+        self.call(leader, routes::REMOVE, req, Duration::from_secs(120))
+            .await
+    }
+
+    /// Passes a heartbeat on; answers whether the leader replicated its digest.
+    pub async fn heartbeat(
+        &self,
+        leader: NodeId,
+        req: &HeartbeatForward,
+    ) -> Result<bool, ProposeError> {
+        self.call(leader, routes::HEARTBEAT, req, Duration::from_secs(30))
+            .await
+    }
+
+    /// Asks the leader to explain a workload; the answer's type is the server's to define.
+    pub async fn explain<R: DeserializeOwned>(
+        &self,
+        leader: NodeId,
+        req: &ExplainForward,
+    ) -> Result<R, ProposeError> {
+        self.call(leader, routes::EXPLAIN, req, Duration::from_secs(30))
+            .await
+    }
+}
