@@ -318,6 +318,22 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// `hours` hours of a quota schedule's timeline from now.
+    pub async fn schedule_timeline(
+        &self,
+        name: &str,
+        hours: u32,
+    ) -> Result<crate::ScheduleTimeline, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/schedules/{name}/timeline", self.addr))
+            .query(&[("hours", hours)])
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     pub async fn queues(&self) -> Result<serde_json::Value, ClientError> {
         let resp = self
             .http

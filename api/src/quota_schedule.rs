@@ -520,6 +520,43 @@ pub struct QuotaScheduleStatus {
     pub next_transition_at: Option<DateTime<Utc>>,
 }
 
+/// `GET /v1/schedules/{name}/timeline`: where a schedule stands and the quota it gives, hour
+/// by hour, for the dashboard and `tideway schedule show`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleTimeline {
+    pub schedule: String,
+    pub time_zone: String,
+    /// The recorded window (what the scheduler obeys), its last and next transitions.
+    pub status: QuotaScheduleStatus,
+    /// The window after the next transition (`None`: the default quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+    pub hours: Vec<TimelineHour>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineHour {
+    pub start: DateTime<Utc>,
+    /// The same instant in the schedule's zone, e.g. "Mon 2025-03-03 08:00 CET".
+    pub local: String,
+    /// `None` between windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    pub quotas: Vec<TimelineQuota>,
+}
+
+/// One quota in force, resolved to GPUs against the live capacity in scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineQuota {
+    /// "pool/inference" or "queue/research".
+    pub target: String,
+    pub flavor: String,
+    pub gpus: u64,
+}
+
 impl CheckAt for QuotaSchedule {
     fn check_at(&self, prefix: &str, c: &mut Checker) {
         c.header(

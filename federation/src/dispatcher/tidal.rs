@@ -11,9 +11,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tideway_api::{Queue, QuotaSchedule};
+use tideway_api::{
+    Queue, QuotaSchedule, QuotaScheduleStatus, ScheduleTimeline, TimelineHour as TimelineHourView,
+    TimelineQuota,
+};
 use tideway_scheduler::tidal::{
-    Calendar, Change, MAX_CATCH_UP_DAYS, WindowState, capacity_in_scope, overrides, window_name,
+    Calendar, Change, MAX_CATCH_UP_DAYS, WindowState, capacity_in_scope, overrides, timeline,
+    window_name,
 };
 use tideway_scheduler::{ClusterView, QuotaOverride};
 
@@ -115,6 +119,93 @@ pub fn quota_overrides(
         out.extend(overrides(schedule, rec, next.as_ref(), &capacity, queues));
     }
     out
+}
+
+/// The scheduler's view of the members, for shares of live capacity.
+pub fn cluster_views(state: &FederationState) -> Vec<ClusterView> {
+    state
+        .members
+        .iter()
+        .filter_map(|(name, rec)| {
+            Some(ClusterView {
+                name: name.clone(),
+                region: rec.cluster.spec.region.clone(),
+                ready: rec
+                    .cluster
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.accepts_work()),
+                digest: rec.digest.clone()?,
+            })
+        })
+        .collect()
+}
+
+/// Where schedule `name` stands and `hours` hours of its quotas from `now`; `None` when
+/// no such schedule is applied. Hours use the calendar; the current window is the
+/// recorded one.
+pub fn timeline_view(
+    state: &FederationState,
+    name: &str,
+    now: DateTime<Utc>,
+    hours: u32,
+) -> Option<ScheduleTimeline> {
+    let schedule = state.tidal.schedules.get(name)?;
+    let spec = &schedule.spec;
+    let rec = state
+        .tidal
+        .windows
+        .get(name)
+        .cloned()
+        .unwrap_or(WindowState {
+            window: None,
+            since: now,
+        });
+    let cal = Calendar::new(spec).ok()?;
+    let tz = cal.tz();
+    let next = cal.next_change(now).ok().flatten();
+    let clusters = cluster_views(state);
+    let capacity = capacity_in_scope(spec, &clusters);
+    let queues: Vec<Queue> = state.queues.values().cloned().collect();
+    let quotas_in = |window: Option<String>| -> Vec<TimelineQuota> {
+        let ws = WindowState { window, since: now };
+        overrides(schedule, &ws, None, &capacity, &queues)
+            .into_iter()
+            .map(|o| TimelineQuota {
+                target: match o.side {
+                    Some(side) => format!("pool/{}", side.name()),
+                    None => format!("queue/{}", o.queue),
+                },
+                flavor: o.quota.flavor,
+                gpus: u64::from(o.quota.guaranteed),
+            })
+            .collect()
+    };
+    let hours = timeline(spec, now, hours)
+        .ok()?
+        .into_iter()
+        .map(|h| TimelineHourView {
+            start: h.start,
+            local: h
+                .start
+                .with_timezone(&tz)
+                .format("%a %Y-%m-%d %H:%M %Z")
+                .to_string(),
+            quotas: quotas_in(h.window.clone()),
+            window: h.window,
+        })
+        .collect();
+    Some(ScheduleTimeline {
+        schedule: name.to_owned(),
+        time_zone: spec.time_zone.clone(),
+        status: QuotaScheduleStatus {
+            active_window: rec.window.clone(),
+            last_transition_at: Some(rec.since),
+            next_transition_at: next.as_ref().map(|c| c.at),
+        },
+        next_window: next.and_then(|c| window_name(spec, c.to)),
+        hours,
+    })
 }
 
 #[cfg(test)]
