@@ -42,8 +42,8 @@ pub use problem::Problem;
 pub use queue::{FlavorQuota, PreemptionScope, Queue, QueuePreemption, QueueSpec, QueueStatus};
 pub use quota_schedule::{
     DayOfWeek, QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus, QuotaTarget,
-    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, TimelineHour,
-    TimelineQuota, Transition, WindowQuota,
+    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
+    TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{

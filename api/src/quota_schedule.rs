@@ -533,6 +533,25 @@ pub struct ScheduleTimeline {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window: Option<String>,
     pub hours: Vec<TimelineHour>,
+    /// The latest recorded transitions of this schedule, oldest first.
+    #[serde(default)]
+    pub transitions: Vec<ScheduleTransition>,
+}
+
+/// One change of window as the replicated state recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleTransition {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The window boundary.
+    pub at: DateTime<Utc>,
+    /// When the leader applied it (later than `at` after a failover).
+    pub applied_at: DateTime<Utc>,
+    /// The Raft log index of the entry.
+    pub index: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

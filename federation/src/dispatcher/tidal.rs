@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tideway_api::{
-    Queue, QuotaSchedule, QuotaScheduleStatus, ScheduleTimeline, TimelineHour as TimelineHourView,
-    TimelineQuota,
+    Queue, QuotaSchedule, QuotaScheduleStatus, ScheduleTimeline, ScheduleTransition,
+    TimelineHour as TimelineHourView, TimelineQuota,
 };
 use tideway_scheduler::tidal::{
     Calendar, Change, MAX_CATCH_UP_DAYS, WindowState, capacity_in_scope, overrides, timeline,
@@ -205,6 +205,19 @@ pub fn timeline_view(
         },
         next_window: next.and_then(|c| window_name(spec, c.to)),
         hours,
+        transitions: state
+            .tidal
+            .history
+            .iter()
+            .filter(|t| t.schedule == name)
+            .map(|t| ScheduleTransition {
+                from: t.from.clone(),
+                to: t.to.clone(),
+                at: t.at,
+                applied_at: t.applied_at,
+                index: t.index,
+            })
+            .collect(),
     })
 }
 
