@@ -13,6 +13,7 @@ use tideway_agent::agent::{AgentConfig, run};
 use tideway_agent::backend::Backend;
 use tideway_agent::kube_backend::{KubeBackend, KubeConfig};
 use tideway_agent::sim::{Clock, Inventory, RealClock, ScaledClock, SimBackend, SimCluster};
+use tideway_api::clock::SharedClock;
 use tokio::sync::watch;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,10 +59,28 @@ pub struct AgentArgs {
 /// A small built-in layout for a `sim` agent started without `--config`.
 const DEFAULT_SIM: &[u8] = include_bytes!("../deploy/dev/sim-eu.yaml");
 
+/// The clock a sim agent runs on: the wall clock, or virtual time `time_scale` times faster.
+pub fn sim_clock(time_scale: f64) -> anyhow::Result<SharedClock> {
+    Ok(if (time_scale - 1.0).abs() < f64::EPSILON {
+        Arc::new(RealClock)
+    } else {
+        Arc::new(ScaledClock::new(RealClock.now(), time_scale)?)
+    })
+}
+
 /// The sim backend and the identity its layout gives (cluster, region).
 pub fn sim_backend(
     a: &AgentArgs,
     layout: Option<&[u8]>,
+) -> anyhow::Result<(SimBackend, String, String)> {
+    sim_backend_on(a, layout, sim_clock(a.time_scale)?)
+}
+
+/// [`sim_backend`] on a given clock (`tideway dev` shares one with its federation node).
+pub fn sim_backend_on(
+    a: &AgentArgs,
+    layout: Option<&[u8]>,
+    clock: SharedClock,
 ) -> anyhow::Result<(SimBackend, String, String)> {
     let bytes = match (&a.config, layout) {
         (Some(p), _) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
@@ -77,11 +96,6 @@ pub fn sim_backend(
         .region
         .clone()
         .unwrap_or_else(|| inventory.region().to_string());
-    let clock: Arc<dyn Clock> = if (a.time_scale - 1.0).abs() < f64::EPSILON {
-        Arc::new(RealClock)
-    } else {
-        Arc::new(ScaledClock::new(chrono::Utc::now(), a.time_scale)?)
-    };
     let fresh = || SimCluster::new(&inventory);
     let backend = match &a.data {
         Some(dir) => {
@@ -123,7 +137,7 @@ struct LocalView {
     cluster: String,
 }
 
-async fn local(State(v): State<LocalView>) -> Json<serde_json::Value> {
+async fn local(State(v): State<LocalView>) -> Json<tideway_api::agent::LocalView> {
     let statuses = v.backend.statuses().await.unwrap_or_default();
     let creations = v
         .backend
@@ -131,11 +145,11 @@ async fn local(State(v): State<LocalView>) -> Json<serde_json::Value> {
         .lock()
         .map(|c| c.creations())
         .unwrap_or(0);
-    Json(serde_json::json!({
-        "cluster": v.cluster,
-        "creations": creations,
-        "workloads": statuses,
-    }))
+    Json(tideway_api::agent::LocalView {
+        cluster: v.cluster.as_str().into(),
+        creations,
+        workloads: statuses,
+    })
 }
 
 fn federation_of(a: &AgentArgs, file: Option<&str>) -> anyhow::Result<Vec<String>> {

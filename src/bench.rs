@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tideway_api::clock::{Clock, RealClock};
 
 use clap::Subcommand;
 use tideway::procs::ProcCluster;
@@ -71,7 +72,7 @@ async fn client_loop(
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let name = format!("bench-{tag}-{n}");
-        let sent = Instant::now();
+        let sent = RealClock.instant();
         let res = http
             .post(format!(
                 "http://{}/v1/workloads",
@@ -92,7 +93,7 @@ async fn client_loop(
                     && sent >= *kill_at
                 {
                     let mut s = slot.lock().await;
-                    let d = Instant::now() - *kill_at;
+                    let d = RealClock.instant() - *kill_at;
                     if s.is_none_or(|cur| d < cur) {
                         *s = Some(d);
                     }
@@ -130,7 +131,7 @@ async fn load(
         .build()?;
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
-    let start = Instant::now();
+    let start = RealClock.instant();
     let mut tasks = Vec::new();
     for c in 0..clients {
         tasks.push(tokio::spawn(client_loop(
@@ -230,7 +231,7 @@ async fn submit(
         let leader = c.wait_for_leader(Duration::from_secs(10)).await?;
         let slot = Arc::new(Mutex::new(None));
         let t2 = targets.clone();
-        let kill_at = Instant::now() + Duration::from_secs(2);
+        let kill_at = RealClock.instant() + Duration::from_secs(2);
         let bg = tokio::spawn({
             let slot = slot.clone();
             async move {
@@ -246,7 +247,7 @@ async fn submit(
         });
         tokio::time::sleep_until(kill_at.into()).await;
         c.kill9(leader)?;
-        let killed = Instant::now();
+        let killed = RealClock.instant();
         let _ = bg.await?;
         let first = *slot.lock().await;
         let new_leader = c.wait_for_leader(Duration::from_secs(10)).await.ok();

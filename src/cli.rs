@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tideway_api::WorkloadPhase;
 use tideway_api::client::{Client, ListQuery};
+use tideway_api::cluster::{ClusterReport, NodeReport};
 use tideway_federation::{Node, NodeConfig};
 
 use crate::bench;
@@ -76,8 +78,9 @@ pub enum Cmd {
     List {
         #[arg(long)]
         queue: Option<String>,
+        /// Only workloads in this phase (`running`, `pending`, ...; any case).
         #[arg(long)]
-        phase: Option<String>,
+        phase: Option<WorkloadPhase>,
         /// Page size; all pages are fetched unless --no-paging.
         #[arg(long, default_value_t = 500)]
         limit: usize,
@@ -243,7 +246,8 @@ const DEV_MEMBERS: [(&str, &str, &[u8]); 3] = [
 pub struct DevArgs {
     #[arg(long, default_value = DEFAULT_ADDR)]
     pub listen: String,
-    /// Keep state here; a fresh temporary directory when absent.
+    /// Keep state here (kept on exit); a fresh temporary directory, removed on exit, when
+    /// absent.
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Run the simulated clusters' time this many times faster than the wall clock.
@@ -338,11 +342,11 @@ impl Cli {
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let v = Client::new(&target.addr)?.apply_raw(body, yaml).await?;
+                let applied = Client::new(&target.addr)?.apply_raw(body, yaml).await?;
                 println!(
                     "{}/{} configured",
-                    v["kind"].as_str().unwrap_or("object").to_lowercase(),
-                    v["metadata"]["name"].as_str().unwrap_or("?")
+                    applied.kind().to_lowercase(),
+                    applied.metadata().name
                 );
                 Ok(())
             }
@@ -418,14 +422,24 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
 }
 
 async fn dev(a: DevArgs) -> anyhow::Result<()> {
+    // Dropped (and so removed) when dev returns, after the node and agents have stopped.
     let (dir, _tmp) = match a.data {
         Some(d) => (d, None),
         None => {
-            let t = tempdir()?;
-            (t.clone(), Some(t))
+            let t = tempfile::Builder::new()
+                .prefix("tideway-dev-")
+                .tempdir()
+                .context("creating a temporary data directory")?;
+            (t.path().to_path_buf(), Some(t))
         }
     };
-    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    // One clock for the whole fleet: the simulated members stamp their reports with it and
+    // the leader compares those stamps with its own now (minimum runtimes before preemption,
+    // digest ages), so both must read the same, scaled, time.
+    let clock = crate::agent_cmd::sim_clock(a.time_scale)?;
+    let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
+    node_cfg.clock = clock.clone();
+    let node = Node::start(node_cfg).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -441,7 +455,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
         };
-        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
+        let (backend, cluster, region) =
+            crate::agent_cmd::sim_backend_on(&args, Some(layout), clock.clone())?;
         let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
@@ -494,12 +509,6 @@ async fn apply_dev_schedule(addr: &str) {
     tracing::warn!("could not apply the dev day/night schedule");
 }
 
-fn tempdir() -> anyhow::Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("tideway-dev-{}", std::process::id()));
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
-}
-
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -530,13 +539,20 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             let here = client.cluster_status().await?;
             let mut nodes = Vec::new();
             for (id, addr) in &here.members {
-                let st = match Client::new(addr)?.cluster_status().await {
-                    Ok(s) => Ok(s),
-                    Err(e) => Err(format!("{e}")),
-                };
-                nodes.push((*id, addr.clone(), st));
+                let asked = Client::new(addr)?
+                    .cluster_status()
+                    .await
+                    .map_err(|e| e.to_string());
+                nodes.push(NodeReport::new(*id, addr.clone(), asked));
             }
-            output::print_cluster(&here, &nodes, output)
+            let report = ClusterReport {
+                leader: here.leader,
+                learners: here.learners,
+                nodes,
+                term: here.term,
+                voters: here.voters,
+            };
+            output::print_cluster(&report, output)
         }
         ClusterCmd::Remove { id, target } => {
             Client::new(&target.addr)?.cluster_remove(id).await?;
@@ -544,8 +560,8 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             Ok(())
         }
         ClusterCmd::Snapshot { target } => {
-            let v = Client::new(&target.addr)?.cluster_snapshot().await?;
-            println!("{v}");
+            let ack = Client::new(&target.addr)?.cluster_snapshot().await?;
+            println!("{}", serde_json::to_string(&ack)?);
             Ok(())
         }
     }

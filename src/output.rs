@@ -1,9 +1,15 @@
 //! How the CLI prints resources: tables for people, JSON and YAML for programs.
+//!
+//! Every printer takes the typed answer of the API; JSON and YAML are those types serialized,
+//! so `-o json` has exactly the wire's field names.
 
+use comfy_table::{CellAlignment, Table, presets};
 use serde::Serialize;
-use tideway_api::Workload;
 use tideway_api::capacity::{CapacitySummary, CapacityView};
-use tideway_api::cluster::NodeStatus;
+use tideway_api::cluster::{ClusterReport, NodeReport};
+use tideway_api::explain::ExplainResponse;
+use tideway_api::list::{MemberClusterList, QueueList};
+use tideway_api::{FlavorQuota, Workload};
 
 use crate::cli::OutputFormat;
 
@@ -15,10 +21,26 @@ pub fn print_one<T: Serialize>(v: &T, fmt: OutputFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A borderless table like `kubectl get` prints: columns two spaces apart, the first at the
+/// start of the line (scripts `grep ^name`), `right` columns (numbers) aligned right.
+fn table(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
+    let mut t = Table::new();
+    t.load_style(presets::NOTHING);
+    t.set_header(header.to_vec());
+    t.add_rows(rows);
+    for (i, c) in t.column_iter_mut().enumerate() {
+        c.set_padding((0, 2));
+        if right.contains(&i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t.trim_fmt()
+}
+
 fn phase_of(w: &Workload) -> String {
     w.status
         .as_ref()
-        .map(|s| format!("{:?}", s.phase))
+        .map(|s| s.phase.to_string())
         .unwrap_or_else(|| "-".into())
 }
 
@@ -27,146 +49,165 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
         OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
         OutputFormat::Table => {
+            let rows = items
+                .iter()
+                .map(|w| {
+                    vec![
+                        w.metadata.name.clone(),
+                        w.spec.queue.clone(),
+                        w.spec.class.to_string(),
+                        w.spec.total_gpus().to_string(),
+                        phase_of(w),
+                    ]
+                })
+                .collect();
             println!(
-                "{:<40} {:<16} {:<11} {:>5} {:<10}",
-                "NAME", "QUEUE", "CLASS", "GPUS", "PHASE"
+                "{}",
+                table(&["NAME", "QUEUE", "CLASS", "GPUS", "PHASE"], rows, &[3])
             );
-            for w in items {
-                println!(
-                    "{:<40} {:<16} {:<11} {:>5} {:<10}",
-                    w.metadata.name,
-                    w.spec.queue,
-                    format!("{:?}", w.spec.class).to_lowercase(),
-                    w.spec.total_gpus(),
-                    phase_of(w)
-                );
-            }
         }
         OutputFormat::Wide => {
+            let rows = items
+                .iter()
+                .map(|w| {
+                    let st = w.status.as_ref();
+                    vec![
+                        w.metadata.name.clone(),
+                        w.spec.queue.clone(),
+                        w.spec.class.to_string(),
+                        w.spec.priority_class.clone(),
+                        w.spec.total_gpus().to_string(),
+                        phase_of(w),
+                        st.and_then(|s| s.cluster.clone())
+                            .unwrap_or_else(|| "-".into()),
+                        w.metadata.uid.clone().unwrap_or_default(),
+                        st.and_then(|s| s.submitted_at)
+                            .map(|t| t.to_rfc3339())
+                            .unwrap_or_default(),
+                    ]
+                })
+                .collect();
             println!(
-                "{:<40} {:<16} {:<11} {:<10} {:>5} {:<10} {:<10} {:<36} {:<25}",
-                "NAME",
-                "QUEUE",
-                "CLASS",
-                "PRIORITY",
-                "GPUS",
-                "PHASE",
-                "CLUSTER",
-                "UID",
-                "SUBMITTED"
+                "{}",
+                table(
+                    &[
+                        "NAME",
+                        "QUEUE",
+                        "CLASS",
+                        "PRIORITY",
+                        "GPUS",
+                        "PHASE",
+                        "CLUSTER",
+                        "UID",
+                        "SUBMITTED",
+                    ],
+                    rows,
+                    &[4],
+                )
             );
-            for w in items {
-                let st = w.status.as_ref();
-                println!(
-                    "{:<40} {:<16} {:<11} {:<10} {:>5} {:<10} {:<10} {:<36} {:<25}",
-                    w.metadata.name,
-                    w.spec.queue,
-                    format!("{:?}", w.spec.class).to_lowercase(),
-                    w.spec.priority_class,
-                    w.spec.total_gpus(),
-                    phase_of(w),
-                    st.and_then(|s| s.cluster.clone())
-                        .unwrap_or_else(|| "-".into()),
-                    w.metadata.uid.clone().unwrap_or_default(),
-                    st.and_then(|s| s.submitted_at)
-                        .map(|t| t.to_rfc3339())
-                        .unwrap_or_default(),
-                );
-            }
         }
     }
     Ok(())
 }
 
-pub fn print_cluster(
-    here: &NodeStatus,
-    nodes: &[(u64, String, Result<NodeStatus, String>)],
-    fmt: OutputFormat,
-) -> anyhow::Result<()> {
+fn or_dash(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        let v = serde_json::json!({
-            "leader": here.leader,
-            "term": here.term,
-            "voters": here.voters,
-            "learners": here.learners,
-            "nodes": nodes.iter().map(|(id, addr, st)| match st {
-                Ok(s) => serde_json::json!({"id": id, "addr": addr, "reachable": true, "status": s}),
-                Err(e) => serde_json::json!({"id": id, "addr": addr, "reachable": false, "error": e}),
-            }).collect::<Vec<_>>(),
-        });
-        return print_one(&v, fmt);
+        return print_one(report, fmt);
     }
     println!(
         "leader: {}   term: {}",
-        here.leader
+        report
+            .leader
             .map(|l| l.to_string())
             .unwrap_or_else(|| "none".into()),
-        here.term
+        report.term
     );
+    let rows = report
+        .nodes
+        .iter()
+        .map(|n: &NodeReport| {
+            let role = if report.voters.contains(&n.id) {
+                "voter"
+            } else {
+                "learner"
+            };
+            let mut row = vec![n.id.to_string(), n.addr.clone(), role.to_string()];
+            match &n.status {
+                Some(s) => row.extend([
+                    s.state.clone(),
+                    or_dash(s.last_log_index),
+                    or_dash(s.last_applied),
+                    or_dash(s.snapshot),
+                    s.state_digest.clone(),
+                ]),
+                None => row.push(format!(
+                    "unreachable: {}",
+                    n.error.as_deref().unwrap_or("no answer")
+                )),
+            }
+            row
+        })
+        .collect();
     println!(
-        "{:<4} {:<22} {:<9} {:<10} {:>10} {:>10} {:>10} {:<18}",
-        "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST"
+        "{}",
+        table(
+            &[
+                "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST"
+            ],
+            rows,
+            &[4, 5, 6],
+        )
     );
-    for (id, addr, st) in nodes {
-        let role = if here.voters.contains(id) {
-            "voter"
-        } else {
-            "learner"
-        };
-        match st {
-            Ok(s) => println!(
-                "{:<4} {:<22} {:<9} {:<10} {:>10} {:>10} {:>10} {:<18}",
-                id,
-                addr,
-                role,
-                s.state,
-                s.last_log_index
-                    .map(|v| v.to_string())
-                    .unwrap_or("-".into()),
-                s.last_applied.map(|v| v.to_string()).unwrap_or("-".into()),
-                s.snapshot.map(|v| v.to_string()).unwrap_or("-".into()),
-                s.state_digest
-            ),
-            Err(e) => println!("{id:<4} {addr:<22} {role:<9} unreachable: {e}"),
-        }
-    }
     Ok(())
 }
 
-fn cap_row(label: &str, c: &CapacitySummary, extra: &str) {
-    println!(
-        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} {}",
-        label, c.total, c.allocated, c.free, c.unhealthy, c.cordoned, extra
-    );
+fn cap_row(label: String, c: &CapacitySummary, extra: String) -> Vec<String> {
+    vec![
+        label,
+        c.total.to_string(),
+        c.allocated.to_string(),
+        c.free.to_string(),
+        c.unhealthy.to_string(),
+        c.cordoned.to_string(),
+        extra,
+    ]
 }
 
 pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);
     }
-    println!(
-        "{:<34} {:>7} {:>9} {:>7} {:>9} {:>8} DETAIL",
-        "SCOPE", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY", "CORDONED"
-    );
-    cap_row("fleet", &v.fleet, "");
+    let mut rows = vec![cap_row("fleet".into(), &v.fleet, String::new())];
     for r in &v.regions {
-        cap_row(&format!("region/{}", r.region), &r.capacity, "");
+        rows.push(cap_row(
+            format!("region/{}", r.region),
+            &r.capacity,
+            String::new(),
+        ));
     }
     for f in &v.flavors {
-        cap_row(&format!("flavor/{}", f.flavor), &f.capacity, "");
+        rows.push(cap_row(
+            format!("flavor/{}", f.flavor),
+            &f.capacity,
+            String::new(),
+        ));
     }
     for c in &v.clusters {
-        cap_row(
-            &format!("cluster/{}", c.cluster),
+        rows.push(cap_row(
+            format!("cluster/{}", c.cluster),
             &c.capacity,
-            &format!("{:?} in {}", c.phase, c.region),
-        );
+            format!("{:?} in {}", c.phase, c.region),
+        ));
         for p in &c.pools {
             let g = &p.largest_gang;
-            cap_row(
-                &format!("  pool/{}/{}", p.pool, p.flavor),
+            rows.push(cap_row(
+                format!("  pool/{}/{}", p.pool, p.flavor),
                 &p.capacity,
-                &format!(
+                format!(
                     "frag {:.0}%  largest gang of {}-GPU pods: node {} rack {} zone {}",
                     p.fragmentation * 100.0,
                     g.pod_gpus,
@@ -174,126 +215,154 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
                     g.rack,
                     g.zone
                 ),
-            );
+            ));
             if fmt == OutputFormat::Wide {
                 for d in &p.domains {
-                    cap_row(
-                        &format!("    {}/{}", d.level.as_str(), d.name),
+                    rows.push(cap_row(
+                        format!("    {}/{}", d.level.as_str(), d.name),
                         &d.capacity,
-                        "",
-                    );
+                        String::new(),
+                    ));
                 }
             }
         }
     }
+    println!(
+        "{}",
+        table(
+            &[
+                "SCOPE",
+                "TOTAL",
+                "ALLOCATED",
+                "FREE",
+                "UNHEALTHY",
+                "CORDONED",
+                "DETAIL"
+            ],
+            rows,
+            &[1, 2, 3, 4, 5],
+        )
+    );
     println!("fragmentation: {}", v.fragmentation_definition);
     Ok(())
 }
 
-pub fn print_members(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+pub fn print_members(v: &MemberClusterList, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);
     }
+    let rows = v
+        .items
+        .iter()
+        .map(|m| {
+            let st = m.status.as_ref();
+            vec![
+                m.metadata.name.clone(),
+                m.spec.region.clone(),
+                st.map(|s| format!("{:?}", s.phase))
+                    .unwrap_or_else(|| "-".into()),
+                st.and_then(|s| s.last_heartbeat)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "-".into()),
+                st.and_then(|s| s.message.clone()).unwrap_or_default(),
+            ]
+        })
+        .collect();
     println!(
-        "{:<24} {:<14} {:<10} {:<28} MESSAGE",
-        "NAME", "REGION", "PHASE", "LAST HEARTBEAT"
+        "{}",
+        table(
+            &["NAME", "REGION", "PHASE", "LAST HEARTBEAT", "MESSAGE"],
+            rows,
+            &[]
+        )
     );
-    for m in v["items"].as_array().into_iter().flatten() {
-        println!(
-            "{:<24} {:<14} {:<10} {:<28} {}",
-            m["metadata"]["name"].as_str().unwrap_or("-"),
-            m["spec"]["region"].as_str().unwrap_or("-"),
-            m["status"]["phase"].as_str().unwrap_or("-"),
-            m["status"]["lastHeartbeat"].as_str().unwrap_or("-"),
-            m["status"]["message"].as_str().unwrap_or(""),
-        );
-    }
     Ok(())
 }
 
-pub fn print_explain(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+pub fn print_explain(v: &ExplainResponse, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);
     }
-    println!(
-        "workload:  {} ({})",
-        v["workload"].as_str().unwrap_or("?"),
-        v["uid"].as_str().unwrap_or("")
-    );
-    println!("phase:     {}", v["phase"].as_str().unwrap_or("?"));
-    if let Some(c) = v["cluster"].as_str() {
+    println!("workload:  {} ({})", v.workload, v.uid);
+    println!("phase:     {}", v.phase);
+    if let Some(c) = &v.cluster {
         println!("cluster:   {c}");
     }
-    println!("summary:   {}", v["summary"].as_str().unwrap_or(""));
-    if let Some(r) = v["pendingReason"].get("type").and_then(|t| t.as_str()) {
-        println!("reason:    {r}  {}", v["pendingReason"]);
+    println!("summary:   {}", v.summary);
+    if let Some(r) = &v.pending_reason {
+        println!("reason:    {}  {}", r.code(), serde_json::to_string(r)?);
     }
-    if let Some(d) = v["decision"].as_str() {
+    if let Some(d) = &v.decision {
         println!(
             "decision:  {d} (cycle at {})",
-            v["cycleAt"].as_str().unwrap_or("?")
+            v.cycle_at
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "?".into())
         );
     }
-    if let Some(ex) = v["explanation"].as_object() {
-        if let Some(h) = ex.get("hint").and_then(|h| h.as_str()) {
-            println!("unblock:   {h}");
-        }
-        if let Some(cs) = ex.get("clusters").and_then(|c| c.as_array()) {
+    if let Some(ex) = &v.explanation {
+        println!("unblock:   {}", ex.hint);
+        if !ex.clusters.is_empty() {
             println!("clusters:");
-            for c in cs {
-                println!(
-                    "  {:<20} {}",
-                    c["cluster"].as_str().unwrap_or("?"),
-                    c["verdict"]
-                );
+            for c in &ex.clusters {
+                println!("  {:<20} {}", c.cluster, serde_json::to_string(&c.verdict)?);
             }
         }
     }
     Ok(())
 }
 
-pub fn print_queues(v: &serde_json::Value, fmt: OutputFormat) -> anyhow::Result<()> {
+fn quota_text(f: &FlavorQuota) -> String {
+    let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    format!(
+        "{} {}/{}/{}",
+        f.flavor,
+        f.guaranteed,
+        opt(f.borrowing_limit),
+        opt(f.max)
+    )
+}
+
+pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);
     }
+    let rows = v
+        .items
+        .iter()
+        .map(|q| {
+            let quotas: Vec<String> = q.spec.quotas.iter().map(quota_text).collect();
+            vec![
+                q.metadata.name.clone(),
+                q.spec.tenant.clone(),
+                q.spec.cohort.clone().unwrap_or_else(|| "-".into()),
+                q.spec.fair_share_weight.to_string(),
+                if quotas.is_empty() {
+                    "unlimited".to_string()
+                } else {
+                    quotas.join(", ")
+                },
+            ]
+        })
+        .collect();
     println!(
-        "{:<20} {:<14} {:<14} {:>7} QUOTAS (flavor guaranteed/borrow/max)",
-        "NAME", "TENANT", "COHORT", "WEIGHT"
+        "{}",
+        table(
+            &[
+                "NAME",
+                "TENANT",
+                "COHORT",
+                "WEIGHT",
+                "QUOTAS (flavor guaranteed/borrow/max)"
+            ],
+            rows,
+            &[3],
+        )
     );
-    for q in v["items"].as_array().into_iter().flatten() {
-        let quotas: Vec<String> = q["spec"]["quotas"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|f| {
-                format!(
-                    "{} {}/{}/{}",
-                    f["flavor"].as_str().unwrap_or("?"),
-                    f["guaranteed"],
-                    f.get("borrowingLimit")
-                        .map(|v| v.to_string())
-                        .unwrap_or("-".into()),
-                    f.get("max").map(|v| v.to_string()).unwrap_or("-".into())
-                )
-            })
-            .collect();
-        println!(
-            "{:<20} {:<14} {:<14} {:>7} {}",
-            q["metadata"]["name"].as_str().unwrap_or("?"),
-            q["spec"]["tenant"].as_str().unwrap_or("-"),
-            q["spec"]["cohort"].as_str().unwrap_or("-"),
-            q["spec"]["fairShareWeight"],
-            if quotas.is_empty() {
-                "unlimited".to_string()
-            } else {
-                quotas.join(", ")
-            }
-        );
-    }
     Ok(())
 }
 
-/// `tideway schedule show`: where the schedule stands, then one line per hour.
+/// `tideway schedule show`: where the schedule stands, then one row per hour.
 pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);
@@ -313,19 +382,47 @@ pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> a
         None => println!("next transition: none within a week"),
     }
     println!();
-    println!("{:<28} {:<14} QUOTAS", "LOCAL HOUR", "WINDOW");
-    for h in &v.hours {
-        let quotas: Vec<String> = h
-            .quotas
-            .iter()
-            .map(|q| format!("{} {}={}", q.target, q.flavor, q.gpus))
-            .collect();
-        let quotas = if quotas.is_empty() {
-            "queues' own quotas".to_owned()
-        } else {
-            quotas.join("  ")
-        };
-        println!("{:<28} {:<14} {}", h.local, or_default(&h.window), quotas);
-    }
+    let rows = v
+        .hours
+        .iter()
+        .map(|h| {
+            let quotas: Vec<String> = h
+                .quotas
+                .iter()
+                .map(|q| format!("{} {}={}", q.target, q.flavor, q.gpus))
+                .collect();
+            let quotas = if quotas.is_empty() {
+                "queues' own quotas".to_owned()
+            } else {
+                quotas.join("  ")
+            };
+            vec![h.local.clone(), or_default(&h.window), quotas]
+        })
+        .collect();
+    print!("{}", table(&["LOCAL HOUR", "WINDOW", "QUOTAS"], rows, &[]));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_start_rows_at_the_line_start_and_align_numbers() {
+        let out = table(
+            &["NAME", "GPUS"],
+            vec![
+                vec!["a-long-name".into(), "8".into()],
+                vec!["b".into(), "128".into()],
+            ],
+            &[1],
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("NAME"), "{out}");
+        assert!(lines[1].starts_with("a-long-name"), "{out}");
+        assert!(lines[1].ends_with("  8"), "{out}");
+        assert!(lines[2].starts_with("b "), "{out}");
+        assert!(lines[2].ends_with("128"), "{out}");
+    }
 }

@@ -1,5 +1,6 @@
 //! Real `tideway server` processes on loopback: the harness of the end-to-end tests and of
 //! `tideway bench`. Nodes can be stopped, killed with SIGKILL, restarted and partitioned.
+#![allow(clippy::disallowed_methods)] // test harness: deadlines on the real wall clock
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -8,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use tideway_api::agent::LocalView;
 use tideway_api::client::Client;
 use tideway_api::cluster::NodeStatus;
 
@@ -346,16 +348,9 @@ impl ProcCluster {
     }
 
     /// What an agent's cluster holds: `/v1/local` of the agent.
-    pub async fn agent_local(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+    pub async fn agent_local(&self, name: &str) -> anyhow::Result<LocalView> {
         let a = self.agents.get(name).context("no such agent")?;
-        let http = tideway_api::http::client_builder().build()?;
-        Ok(http
-            .get(format!("http://{}/v1/local", a.listen))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await?
-            .json()
-            .await?)
+        Ok(Client::new(&a.listen)?.agent_local_view().await?)
     }
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::CapacityDigest;
 use crate::member_cluster::MemberCluster;
+use crate::names::ClusterName;
 use crate::workload::Workload;
 
 /// A workload the federation placed on this member cluster.
@@ -120,4 +121,35 @@ pub struct AssignmentPage {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusReport {
     pub statuses: Vec<LocalStatus>,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatAck {
+    /// The member the heartbeat was for.
+    pub member: ClusterName,
+    /// Whether this heartbeat's digest was replicated (digests are coalesced: an unchanged
+    /// or too-recent one is only kept in the leader's memory).
+    pub digest_replicated: bool,
+}
+
+/// The answer to a status report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusAck {
+    /// How many workloads' statuses changed (replays change nothing).
+    pub updated: u32,
+}
+
+/// `GET /v1/local` of an agent started with `--listen`: what its cluster holds, as the agent
+/// sees it. For tests and operators; the federation never reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalView {
+    /// The member cluster's name.
+    pub cluster: ClusterName,
+    /// Local objects created since the cluster's state began (a replayed assignment must not
+    /// add one).
+    pub creations: u64,
+    /// Every workload the cluster holds, with its local phase.
+    pub workloads: Vec<LocalStatus>,
 }

@@ -5,29 +5,46 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 
-use crate::agent::{AssignmentPage, Heartbeat, RegisterRequest, StatusReport};
+use serde::Serialize;
+
+use crate::agent::{
+    AssignmentPage, Heartbeat, HeartbeatAck, LocalView, RegisterRequest, StatusAck, StatusReport,
+};
 use crate::capacity::CapacityView;
-use crate::cluster::NodeStatus;
-use crate::list::WorkloadList;
+use crate::cluster::{
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
+    SnapshotAck,
+};
+use crate::decode::AnyResource;
+use crate::explain::ExplainResponse;
+use crate::list::{MemberClusterList, PriorityClassList, QueueList, WorkloadList};
 use crate::member_cluster::MemberCluster;
 use crate::problem::Problem;
-use crate::workload::Workload;
+use crate::workload::{Workload, WorkloadPhase};
 
+/// Why a call to the federation API did not return its typed answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The request could not be sent or its answer not read.
     #[error("cannot reach {addr}: {source}")]
     Transport {
+        /// The node's base URL.
         addr: String,
+        /// What the HTTP client said.
         #[source]
         source: reqwest::Error,
     },
     /// The server refused the request; the problem says why, field by field.
     #[error("{}", render_problem(.0))]
     Problem(Box<Problem>),
+    /// The server answered something that is not the expected type nor a problem.
     #[error("unexpected answer from {addr} (HTTP {status}): {body}")]
     Unexpected {
+        /// The node's base URL.
         addr: String,
+        /// The HTTP status (0: the request body could not be encoded).
         status: u16,
+        /// The body, or why it could not be decoded.
         body: String,
     },
 }
@@ -56,13 +73,19 @@ fn render_problem(p: &Problem) -> String {
 /// Query of `GET /v1/workloads`.
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
+    /// Only workloads of this queue.
     pub queue: Option<String>,
-    pub phase: Option<String>,
+    /// Only workloads in this phase.
+    pub phase: Option<WorkloadPhase>,
+    /// Page size (the server's default when absent).
     pub limit: Option<usize>,
+    /// The previous page's `continue` token.
     pub after: Option<u64>,
+    /// Read the node's own, possibly stale, copy.
     pub stale: bool,
 }
 
+/// A client of one federation node (any node: followers forward what only the leader can do).
 #[derive(Debug, Clone)]
 pub struct Client {
     addr: String,
@@ -93,6 +116,7 @@ impl Client {
         Self { addr, http }
     }
 
+    /// The node's base URL (`http://HOST:PORT`).
     pub fn base_url(&self) -> &str {
         &self.addr
     }
@@ -114,13 +138,18 @@ impl Client {
                 body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
             });
         }
-        match serde_json::from_slice::<Problem>(&bytes) {
-            Ok(p) => Err(ClientError::Problem(Box::new(p))),
-            Err(_) => Err(ClientError::Unexpected {
+        Err(self.refused(status, &bytes))
+    }
+
+    /// A refusal: the server's problem+json, or the raw body when it sent none.
+    fn refused(&self, status: StatusCode, bytes: &[u8]) -> ClientError {
+        match serde_json::from_slice::<Problem>(bytes) {
+            Ok(p) => ClientError::Problem(Box::new(p)),
+            Err(_) => ClientError::Unexpected {
                 addr: self.addr.clone(),
                 status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).into_owned(),
-            }),
+                body: String::from_utf8_lossy(bytes).into_owned(),
+            },
         }
     }
 
@@ -151,6 +180,7 @@ impl Client {
         Ok((w, created))
     }
 
+    /// Submits a typed workload as JSON; see [`Client::submit_raw`].
     pub async fn submit(
         &self,
         w: &Workload,
@@ -164,6 +194,7 @@ impl Client {
         self.submit_raw(body, false, idempotency_key).await
     }
 
+    /// One workload by name or UID.
     pub async fn get(&self, id: &str, stale: bool) -> Result<Workload, ClientError> {
         let resp = self
             .http
@@ -175,13 +206,14 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];
         if let Some(v) = &q.queue {
             params.push(("queue", v.clone()));
         }
         if let Some(v) = &q.phase {
-            params.push(("phase", v.clone()));
+            params.push(("phase", v.as_str().to_string()));
         }
         if let Some(v) = q.limit {
             params.push(("limit", v.to_string()));
@@ -199,6 +231,7 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// The node's view of the Raft group.
     pub async fn cluster_status(&self) -> Result<NodeStatus, ClientError> {
         let resp = self
             .http
@@ -209,13 +242,20 @@ impl Client {
         self.decode(resp).await
     }
 
-    pub async fn cluster_remove(&self, id: u64) -> Result<serde_json::Value, ClientError> {
-        self.post_json("/v1/cluster/remove", &serde_json::json!({ "id": id }), 120)
+    /// Removes a node from the group.
+    pub async fn cluster_remove(&self, id: u64) -> Result<RemoveAck, ClientError> {
+        self.post_json("/v1/cluster/remove", &RemoveRequest { id }, 120)
             .await
     }
 
-    pub async fn cluster_snapshot(&self) -> Result<serde_json::Value, ClientError> {
-        self.post_json("/v1/cluster/snapshot", &serde_json::json!({}), 120)
+    /// Adds a node to the group (learner, then voter); any member passes it to the leader.
+    pub async fn cluster_join(&self, req: &JoinRequest) -> Result<JoinAck, ClientError> {
+        self.post_json("/v1/cluster/join", req, 120).await
+    }
+
+    /// Builds a snapshot on this node now and purges the log it covers.
+    pub async fn cluster_snapshot(&self) -> Result<SnapshotAck, ClientError> {
+        self.post_json("/v1/cluster/snapshot", &EmptyBody {}, 120)
             .await
     }
 
@@ -235,11 +275,7 @@ impl Client {
     }
 
     /// Agent protocol: a heartbeat with the member's capacity digest.
-    pub async fn heartbeat(
-        &self,
-        name: &str,
-        hb: &Heartbeat,
-    ) -> Result<serde_json::Value, ClientError> {
+    pub async fn heartbeat(&self, name: &str, hb: &Heartbeat) -> Result<HeartbeatAck, ClientError> {
         let resp = self
             .http
             .post(format!("{}/v1/members/{name}/heartbeat", self.addr))
@@ -274,7 +310,7 @@ impl Client {
         &self,
         name: &str,
         report: &StatusReport,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<StatusAck, ClientError> {
         let resp = self
             .http
             .post(format!("{}/v1/members/{name}/status", self.addr))
@@ -286,7 +322,7 @@ impl Client {
     }
 
     /// Why a workload is where it is (`/v1/workloads/{id}/explain`).
-    pub async fn explain(&self, id: &str) -> Result<serde_json::Value, ClientError> {
+    pub async fn explain(&self, id: &str) -> Result<ExplainResponse, ClientError> {
         let resp = self
             .http
             .get(format!("{}/v1/workloads/{id}/explain", self.addr))
@@ -296,12 +332,9 @@ impl Client {
         self.decode(resp).await
     }
 
-    /// Creates or replaces a Queue or PriorityClass from a JSON or YAML document.
-    pub async fn apply_raw(
-        &self,
-        body: Vec<u8>,
-        yaml: bool,
-    ) -> Result<serde_json::Value, ClientError> {
+    /// Creates or replaces a Queue or PriorityClass from a JSON or YAML document; returns the
+    /// stored object.
+    pub async fn apply_raw(&self, body: Vec<u8>, yaml: bool) -> Result<AnyResource, ClientError> {
         let ct = if yaml {
             "application/yaml"
         } else {
@@ -315,7 +348,19 @@ impl Client {
             .send()
             .await
             .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        if !status.is_success() {
+            return Err(self.refused(status, &bytes));
+        }
+        // The answer is the stored object, of whichever kind was applied: dispatch on `kind`.
+        crate::decode::decode_resource(&bytes, Some("application/json")).map_err(|e| {
+            ClientError::Unexpected {
+                addr: self.addr.clone(),
+                status: status.as_u16(),
+                body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
+            }
+        })
     }
 
     /// `hours` hours of a quota schedule's timeline from now.
@@ -324,36 +369,39 @@ impl Client {
         name: &str,
         hours: u32,
     ) -> Result<crate::ScheduleTimeline, ClientError> {
+        self.get_json(&format!("/v1/schedules/{name}/timeline?hours={hours}"))
+            .await
+    }
+
+    /// Every queue.
+    pub async fn queues(&self) -> Result<QueueList, ClientError> {
+        self.get_json("/v1/queues").await
+    }
+
+    /// Every priority class.
+    pub async fn priority_classes(&self) -> Result<PriorityClassList, ClientError> {
+        self.get_json("/v1/priorityclasses").await
+    }
+
+    /// Every member cluster and its health.
+    pub async fn members(&self) -> Result<MemberClusterList, ClientError> {
+        self.get_json("/v1/members").await
+    }
+
+    /// An agent's `/v1/local` view, when this client points at an agent's `--listen` address
+    /// rather than at a federation node.
+    pub async fn agent_local_view(&self) -> Result<LocalView, ClientError> {
         let resp = self
             .http
-            .get(format!("{}/v1/schedules/{name}/timeline", self.addr))
-            .query(&[("hours", hours)])
+            .get(format!("{}/v1/local", self.addr))
+            .timeout(Duration::from_secs(5))
             .send()
             .await
             .map_err(|e| self.transport(e))?;
         self.decode(resp).await
     }
 
-    pub async fn queues(&self) -> Result<serde_json::Value, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/queues", self.addr))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
-    }
-
-    pub async fn members(&self) -> Result<serde_json::Value, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/members", self.addr))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
-    }
-
+    /// The fleet's GPU capacity by region, flavor, cluster and pool.
     pub async fn capacity(&self, stale: bool) -> Result<CapacityView, ClientError> {
         let resp = self
             .http
@@ -366,21 +414,29 @@ impl Client {
     }
 
     /// Fault injection (servers started with `--fault-injection` only).
-    pub async fn partition(&self, blocked: &[u64]) -> Result<serde_json::Value, ClientError> {
-        self.post_json(
-            "/v1/debug/partition",
-            &serde_json::json!({ "blocked": blocked }),
-            10,
-        )
-        .await
+    pub async fn partition(&self, blocked: &[u64]) -> Result<PartitionAck, ClientError> {
+        let req = PartitionRequest {
+            blocked: blocked.to_vec(),
+        };
+        self.post_json("/v1/debug/partition", &req, 10).await
     }
 
-    async fn post_json(
+    async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    async fn post_json<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
-        body: &serde_json::Value,
+        body: &B,
         timeout_secs: u64,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<T, ClientError> {
         let resp = self
             .http
             .post(format!("{}{path}", self.addr))
@@ -392,3 +448,7 @@ impl Client {
         self.decode(resp).await
     }
 }
+
+/// The body of a POST that takes no arguments: `{}`.
+#[derive(Serialize)]
+struct EmptyBody {}

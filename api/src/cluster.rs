@@ -1,6 +1,8 @@
-//! What a federation node says about itself and its Raft group (`GET /v1/cluster/status`).
+//! The federation's own membership: what a node says about itself and its Raft group
+//! (`GET /v1/cluster/status`), the requests that change the group (join, remove), their
+//! acknowledgements, and the fleet-wide report `tideway cluster status -o json` prints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -8,25 +10,150 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
+    /// This node's Raft id.
     pub id: u64,
     /// Leader, Follower, Candidate or Learner.
     pub state: String,
+    /// The Raft term this node is in.
     pub term: u64,
+    /// The leader this node knows of.
     pub leader: Option<u64>,
+    /// Index of the last entry in this node's log.
     pub last_log_index: Option<u64>,
+    /// Highest index this node knows to be committed.
     pub committed: Option<u64>,
+    /// Highest index applied to this node's state machine.
     pub last_applied: Option<u64>,
+    /// Index the latest snapshot covers.
     pub snapshot: Option<u64>,
+    /// Highest index purged from the log.
     pub purged: Option<u64>,
+    /// Voting members.
     pub voters: Vec<u64>,
+    /// Non-voting members catching up.
     pub learners: Vec<u64>,
     /// Member id to address, from the membership config.
     pub members: BTreeMap<u64, String>,
     /// Digest of the replicated state at `last_applied`; equal on nodes at the same index.
     pub state_digest: String,
+    /// Workloads in this node's copy of the state.
     pub workloads: usize,
     /// Durable log writes (each one fsync) since this process started.
     pub log_syncs: u64,
     /// Log entries appended since this process started.
     pub log_entries: u64,
+}
+
+/// `POST /v1/cluster/join`: add a node, first as a learner, then as a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    /// The joining node's Raft id.
+    pub id: u64,
+    /// Where the other nodes reach it (`HOST:PORT`).
+    pub addr: String,
+}
+
+/// The answer to a join: the node is a voter at `addr`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinAck {
+    /// Its address, as given in the request.
+    pub addr: String,
+    /// The id of the node that joined.
+    pub joined: u64,
+}
+
+/// `POST /v1/cluster/remove`: remove a voter or a learner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveRequest {
+    /// The Raft id of the node to remove.
+    pub id: u64,
+}
+
+/// The answer to a remove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveAck {
+    /// The id of the node that is no longer a member.
+    pub removed: u64,
+}
+
+/// The answer to `POST /v1/cluster/snapshot`. Fields in alphabetical order: that is the
+/// order `tideway cluster snapshot` has always printed them in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotAck {
+    /// Highest log index purged after the snapshot.
+    pub purged: Option<u64>,
+    /// The index the new snapshot covers.
+    pub snapshot: u64,
+}
+
+/// `POST /v1/debug/partition` (fault injection, tests only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionRequest {
+    /// Peers this node stops talking to; empty heals.
+    pub blocked: Vec<u64>,
+}
+
+/// The answer to a partition request: the peers now blocked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAck {
+    /// Peers this node no longer talks to.
+    pub blocked: BTreeSet<u64>,
+}
+
+/// `tideway cluster status -o json`: the group as one node sees it, and each member's own
+/// status. Fields in alphabetical order, as the command has always printed them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterReport {
+    /// The leader, as the asked node knows it.
+    pub leader: Option<u64>,
+    /// Non-voting members.
+    pub learners: Vec<u64>,
+    /// Every member, asked directly.
+    pub nodes: Vec<NodeReport>,
+    /// The asked node's term.
+    pub term: u64,
+    /// Voting members.
+    pub voters: Vec<u64>,
+}
+
+/// One member in a [`ClusterReport`]: its own status, or why it could not be asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Its address from the membership config.
+    pub addr: String,
+    /// Why it could not be asked (when not reachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its Raft id.
+    pub id: u64,
+    /// Whether it answered.
+    pub reachable: bool,
+    /// What it said about itself (when reachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NodeStatus>,
+}
+
+impl NodeReport {
+    /// A member's entry from the result of asking it.
+    pub fn new(id: u64, addr: String, asked: Result<NodeStatus, String>) -> Self {
+        match asked {
+            Ok(s) => Self {
+                addr,
+                error: None,
+                id,
+                reachable: true,
+                status: Some(s),
+            },
+            Err(e) => Self {
+                addr,
+                error: Some(e),
+                id,
+                reachable: false,
+                status: None,
+            },
+        }
+    }
 }

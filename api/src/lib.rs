@@ -10,14 +10,17 @@
 pub mod agent;
 pub mod capacity;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod cron;
 pub mod decode;
 pub mod digest;
+pub mod explain;
 pub mod http;
 pub mod list;
 pub mod member_cluster;
 pub mod meta;
+pub mod names;
 pub mod policy;
 pub mod priority_class;
 pub mod problem;
@@ -34,6 +37,7 @@ pub use member_cluster::{
     MemberCluster, MemberClusterSpec, MemberClusterStatus, MemberPhase, Pool, PoolKind,
 };
 pub use meta::{API_VERSION, MetaError, ObjectMeta, Resource, TypeMeta, new_uid, validate_name};
+pub use names::{ClusterName, Uid, WorkloadName};
 pub use policy::{Policy, PolicySpec, PolicyStatus, SchedulerSettings};
 pub use priority_class::{
     Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
@@ -48,5 +52,5 @@ pub use quota_schedule::{
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
 };

@@ -1,17 +1,69 @@
-//! Paged listings.
+//! Listings: a page of workloads, and the full lists of the smaller kinds (queues, priority
+//! classes, member clusters).
 
 use serde::{Deserialize, Serialize};
 
+use crate::member_cluster::MemberCluster;
+use crate::meta::{API_VERSION, Resource};
+use crate::priority_class::PriorityClass;
+use crate::queue::Queue;
 use crate::workload::Workload;
 
 /// A page of workloads in submission order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadList {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `WorkloadList`.
     pub kind: String,
+    /// The workloads of this page.
     pub items: Vec<Workload>,
     /// Pass as `after` to get the next page; absent on the last page.
     #[serde(rename = "continue", default, skip_serializing_if = "Option::is_none")]
     pub continue_: Option<u64>,
+}
+
+/// Every object of one kind, unpaged (`kind` is the item kind followed by `List`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceList<T> {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// `QueueList`, `PriorityClassList`, `MemberClusterList`.
+    pub kind: String,
+    /// The objects, in name order.
+    pub items: Vec<T>,
+}
+
+impl<T: Resource> ResourceList<T> {
+    /// The list of `items`, with the kind named after `T`.
+    pub fn new(items: Vec<T>) -> Self {
+        Self {
+            api_version: API_VERSION.to_string(),
+            kind: format!("{}List", T::KIND),
+            items,
+        }
+    }
+}
+
+/// `GET /v1/queues`.
+pub type QueueList = ResourceList<Queue>;
+/// `GET /v1/priorityclasses`.
+pub type PriorityClassList = ResourceList<PriorityClass>;
+/// `GET /v1/members`.
+pub type MemberClusterList = ResourceList<MemberCluster>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_kind_is_named_after_the_item_kind() {
+        let l = QueueList::new(Vec::new());
+        let v = serde_json::to_value(&l).unwrap();
+        assert_eq!(v["kind"], "QueueList");
+        assert_eq!(v["apiVersion"], API_VERSION);
+        assert_eq!(MemberClusterList::new(vec![]).kind, "MemberClusterList");
+    }
 }

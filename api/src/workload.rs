@@ -71,6 +71,7 @@ impl WorkloadClass {
         Self::Experiment,
     ];
 
+    /// The name as serialized and as the CLI takes it (`training`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Training => "training",
@@ -84,6 +85,34 @@ impl WorkloadClass {
 impl fmt::Display for WorkloadClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A class or phase name that is not one of the known ones; says which are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{given}'; one of {expected}")]
+pub struct UnknownVariant {
+    /// `class` or `phase`.
+    pub what: &'static str,
+    /// What was given.
+    pub given: String,
+    /// The accepted spellings, comma-separated.
+    pub expected: String,
+}
+
+/// Parses the lowercase spelling the CLI takes (`--class training`); case does not matter.
+impl std::str::FromStr for WorkloadClass {
+    type Err = UnknownVariant;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownVariant {
+                what: "class",
+                given: s.to_string(),
+                expected: Self::ALL.map(Self::as_str).join(", "),
+            })
     }
 }
 
@@ -333,6 +362,19 @@ pub enum WorkloadPhase {
 }
 
 impl WorkloadPhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [WorkloadPhase; 8] = [
+        Self::Pending,
+        Self::Admitted,
+        Self::Assigned,
+        Self::Running,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Cancelled,
+        Self::Preempted,
+    ];
+
+    /// The name as serialized (`Running`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "Pending",
@@ -360,6 +402,23 @@ impl WorkloadPhase {
 impl fmt::Display for WorkloadPhase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Parses a phase in any case: the CLI's lowercase `--phase running` and the API's
+/// `?phase=Running` name the same phase.
+impl std::str::FromStr for WorkloadPhase {
+    type Err = UnknownVariant;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownVariant {
+                what: "phase",
+                given: s.to_string(),
+                expected: Self::ALL.map(Self::as_str).join(", "),
+            })
     }
 }
 
@@ -665,6 +724,31 @@ mod tests {
 
     pub(crate) const LLAMA_YAML: &str = include_str!("../testdata/workload-llama-ft.yaml");
     pub(crate) const BENCH_JSON: &str = include_str!("../testdata/workload-bench.json");
+
+    #[test]
+    fn phases_and_classes_parse_from_their_cli_spelling() {
+        assert_eq!(
+            "running".parse::<WorkloadPhase>().unwrap(),
+            WorkloadPhase::Running
+        );
+        assert_eq!(
+            "Preempted".parse::<WorkloadPhase>().unwrap(),
+            WorkloadPhase::Preempted
+        );
+        for p in WorkloadPhase::ALL {
+            assert_eq!(p.as_str().to_lowercase().parse::<WorkloadPhase>(), Ok(p));
+        }
+        for c in WorkloadClass::ALL {
+            assert_eq!(c.as_str().parse::<WorkloadClass>(), Ok(c));
+        }
+        assert_eq!(
+            "TRAINING".parse::<WorkloadClass>().unwrap(),
+            WorkloadClass::Training
+        );
+        let e = "runing".parse::<WorkloadPhase>().unwrap_err();
+        assert!(e.to_string().contains("Running"), "{e}");
+        assert!("gpu".parse::<WorkloadClass>().is_err());
+    }
 
     fn sample() -> Workload {
         let mut spec = WorkloadSpec::new(

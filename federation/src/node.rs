@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use tideway_api::clock::{RealClock, SharedClock};
 use tokio::net::TcpListener;
 
 use crate::dispatcher::DispatchConfig;
@@ -56,6 +57,9 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
     pub dispatch: DispatchConfig,
+    /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
+    /// its simulated members share.
+    pub clock: SharedClock,
 }
 
 impl NodeConfig {
@@ -71,6 +75,7 @@ impl NodeConfig {
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
             dispatch: DispatchConfig::default(),
+            clock: RealClock::shared(),
         }
     }
 
@@ -136,7 +141,8 @@ impl Node {
             log_stats,
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
-            liveness: Liveness::default(),
+            liveness: Liveness::new(cfg.clock.clone()),
+            clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
         };
@@ -161,6 +167,7 @@ impl Node {
             raft.clone(),
             state.data.clone(),
             state.proposer.clone(),
+            state.clock.clone(),
         )));
         let listener =
             TcpListener::bind(&cfg.listen)

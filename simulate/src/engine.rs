@@ -17,6 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
+use tideway_api::clock::{Clock, RealClock};
 
 use tideway_agent::sim::cluster::RUNTIME_ANNOTATION;
 use tideway_agent::sim::{PhaseChange, SimCluster, capacity_digest};
@@ -474,7 +475,7 @@ impl Engine {
             default_flavor,
             first,
             last_arrival,
-            started: Instant::now(),
+            started: RealClock.instant(),
         };
         // A uid seen twice: the later job is refused, like a duplicate submission.
         for i in duplicates {
@@ -486,7 +487,7 @@ impl Engine {
 
     /// Runs to the last event. `progress` is called every few thousand events.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> RunOutput {
-        self.started = Instant::now();
+        self.started = RealClock.instant();
         let mut since_progress = 0u32;
         loop {
             let next_arrival = self.next_pending_arrival();

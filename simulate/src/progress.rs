@@ -3,6 +3,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+use tideway_api::clock::{Clock, RealClock};
 
 use super::engine::Progress;
 use super::time::iso;
@@ -38,7 +39,7 @@ impl ProgressBar {
         if !self.enabled || self.last.is_some_and(|t| t.elapsed() < EVERY) {
             return;
         }
-        self.last = Some(Instant::now());
+        self.last = Some(RealClock.instant());
         // Arrivals drive the first part; the drain after the last arrival shows as 100%.
         let span = (p.last_arrival - p.first).max(1) as f64;
         let done = ((p.now - p.first) as f64 / span).clamp(0.0, 1.0);

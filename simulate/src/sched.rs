@@ -18,7 +18,8 @@
 //!   bucket) at a cost independent of how much is running.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tideway_api::clock::{Clock, RealClock};
 
 use tideway_api::Policy;
 use tideway_scheduler::{
@@ -271,7 +272,7 @@ impl Engine {
         st.input.reservations = st.reservations.clone();
         st.input.preemption_budget = st.budget(now);
 
-        let t0 = Instant::now();
+        let t0 = RealClock.instant();
         let out = schedule(&st.input);
         self.acc.sched_wall += t0.elapsed();
         self.acc.cycles += 1;

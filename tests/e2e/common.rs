@@ -17,6 +17,11 @@ pub struct TestCluster {
     _guard: tokio::sync::MutexGuard<'static, ()>,
 }
 
+/// The harness lock, for tests that start their own processes.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
 
 pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {

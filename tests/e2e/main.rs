@@ -2,6 +2,7 @@
 //! Each test takes the harness lock: clusters of three processes on a 2-core machine are
 //! not run side by side.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
+#![allow(clippy::disallowed_methods)] // tests wait on real time
 
 mod common;
 mod t10_submit_failover;
@@ -13,4 +14,5 @@ mod t55_forwarding;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
-mod t90_tidal;
+mod t90_dev_preemption;
+mod t95_tidal;

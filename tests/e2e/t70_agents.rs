@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tideway_agent::sim::Inventory;
+use tideway_api::agent::LocalPhase;
 use tideway_api::client::Client;
 
 use crate::common::*;
@@ -85,20 +85,17 @@ async fn wait_running(addr: &str, names: &BTreeSet<String>, within: Duration) ->
 }
 
 async fn member_phases(addr: &str) -> BTreeMap<String, String> {
-    let v = Client::new(addr)
-        .unwrap()
-        .members()
-        .await
-        .unwrap_or(Value::Null);
-    v["items"]
-        .as_array()
+    let Ok(list) = Client::new(addr).unwrap().members().await else {
+        return BTreeMap::new();
+    };
+    list.items
         .into_iter()
-        .flatten()
         .map(|m| {
-            (
-                m["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                m["status"]["phase"].as_str().unwrap_or("").to_string(),
-            )
+            let phase = m
+                .status
+                .map(|s| format!("{:?}", s.phase))
+                .unwrap_or_default();
+            (m.metadata.name, phase)
         })
         .collect()
 }
@@ -111,12 +108,11 @@ async fn assert_no_loss_no_duplicates(tc: &TestCluster, addr: &str) {
     let mut creations = 0;
     for (name, _) in MEMBERS {
         let local = tc.c.agent_local(name).await.expect("agent local view");
-        creations += local["creations"].as_u64().unwrap_or(0);
-        for w in local["workloads"].as_array().into_iter().flatten() {
-            if w["phase"] != "aborted" {
-                *seen
-                    .entry(w["uid"].as_str().unwrap_or("").to_string())
-                    .or_default() += 1;
+        assert_eq!(local.cluster, *name);
+        creations += local.creations;
+        for w in local.workloads {
+            if !matches!(w.phase, LocalPhase::Aborted { .. }) {
+                *seen.entry(w.uid).or_default() += 1;
             }
         }
     }
@@ -258,11 +254,11 @@ async fn agents_register_route_survive_failover_and_restarts() {
     assert_no_loss_no_duplicates(&tc, &survivors[0]).await;
 
     // kill -9 of an agent and a restart: it resyncs every assignment and creates nothing.
-    let before = tc.c.agent_local("sim-eu").await.unwrap()["creations"].as_u64();
+    let before = tc.c.agent_local("sim-eu").await.unwrap().creations;
     tc.c.kill9_agent("sim-eu").unwrap();
     tc.c.restart_agent("sim-eu").await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = tc.c.agent_local("sim-eu").await.unwrap()["creations"].as_u64();
+    let after = tc.c.agent_local("sim-eu").await.unwrap().creations;
     assert_eq!(before, after, "the restarted agent created workloads again");
     let all: BTreeSet<String> = names.union(&more_names).cloned().collect();
     wait_running(&survivors[0], &all, Duration::from_secs(10)).await;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use tideway_api::PendingReason;
 use tideway_api::client::Client;
 
 use crate::common::*;
@@ -89,8 +90,17 @@ async fn quotas_capacity_and_explain_through_the_cli() {
         "{out}"
     );
     let v = c.explain("a-2").await.unwrap();
-    assert_eq!(v["pendingReason"]["used"], 16, "{v}");
-    assert_eq!(v["pendingReason"]["limit"], 16, "{v}");
+    assert!(
+        matches!(
+            v.pending_reason,
+            Some(PendingReason::QuotaExhausted {
+                used: 16,
+                limit: 16,
+                ..
+            })
+        ),
+        "{v:?}"
+    );
 
     // The default queue is not quota-limited, but a 7-node rack gang does not fit the
     // member's largest rack (4 nodes): insufficient capacity, with the largest fit per cluster.
@@ -100,14 +110,18 @@ async fn quotas_capacity_and_explain_through_the_cli() {
     wait_for(&c, "big", "Pending", Some("InsufficientCapacity")).await;
     let v = c.explain("big").await.unwrap();
     assert!(
-        v["pendingReason"]["largestFitPerCluster"]["sim-ap"].is_number(),
-        "{v}"
+        matches!(
+            &v.pending_reason,
+            Some(PendingReason::InsufficientCapacity { largest_fit_per_cluster, .. })
+                if largest_fit_per_cluster.contains_key("sim-ap")
+        ),
+        "{v:?}"
     );
     assert!(
-        v["explanation"]["clusters"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty()),
-        "{v}"
+        v.explanation
+            .as_ref()
+            .is_some_and(|e| !e.clusters.is_empty()),
+        "{v:?}"
     );
 
     // apply refuses what it does not manage, naming the field.

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
 use tideway_api::WorkloadPhase;
@@ -242,6 +241,7 @@ pub async fn schedule_loop(
     last: LastCycleSlot,
     metrics: Arc<Metrics>,
 ) {
+    let clock = live.clock().clone();
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
     loop {
@@ -251,7 +251,7 @@ pub async fn schedule_loop(
             continue;
         }
         cycle += 1;
-        let now = Utc::now();
+        let now = clock.now();
         let input = {
             let Ok(d) = data.read() else { continue };
             // Without a Ready member nothing can be placed or preempted: skip the cycle
@@ -268,11 +268,11 @@ pub async fn schedule_loop(
             build_input(&d.state, |n| live.latest_digest(n), now, cycle)
         };
         let depth = queue_depths(&input);
-        let started = Instant::now();
+        let started = clock.instant();
         let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
             continue;
         };
-        let took = started.elapsed();
+        let took = clock.instant().saturating_duration_since(started);
         metrics.observe_cycle(took, &depth);
         // Scheduling never takes more than about a fifth of a core, however large the
         // backlog: the leader's first duty is to commit.

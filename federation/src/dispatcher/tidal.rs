@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tideway_api::clock::SharedClock;
 use tideway_api::{
     Queue, QuotaSchedule, QuotaScheduleStatus, ScheduleTimeline, ScheduleTransition,
     TimelineHour as TimelineHourView, TimelineQuota,
@@ -60,13 +61,18 @@ pub fn due_changes(
 }
 
 /// Proposes due transitions every tick while this node leads.
-pub async fn tidal_loop(raft: Raft, data: Arc<RwLock<StateMachineData>>, proposer: Proposer) {
+pub async fn tidal_loop(
+    raft: Raft,
+    data: Arc<RwLock<StateMachineData>>,
+    proposer: Proposer,
+    clock: SharedClock,
+) {
     loop {
         tokio::time::sleep(TIDAL_TICK).await;
         if !raft.is_leader() {
             continue;
         }
-        let now = Utc::now();
+        let now = clock.now();
         let due: Vec<(String, Vec<_>)> = {
             let Ok(d) = data.read() else { continue };
             let tidal = &d.state.tidal;

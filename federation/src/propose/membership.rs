@@ -4,43 +4,30 @@
 use std::collections::BTreeSet;
 
 use openraft::{BasicNode, ChangeMembers};
-use serde::{Deserialize, Serialize};
 
 use super::{Forwarder, ProposeError};
-use crate::raft::types::{NodeId, Raft};
+use crate::raft::types::Raft;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoinRequest {
-    pub id: NodeId,
-    pub addr: String,
-}
+pub use tideway_api::cluster::{JoinRequest, RemoveRequest};
 
-impl JoinRequest {
-    /// An address other nodes can dial: `HOST:PORT`.
-    pub fn validate(&self) -> Result<(), ProposeError> {
-        let port_ok = self
-            .addr
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if port_ok && !self.addr.contains(['/', '#', '?', '@']) {
-            Ok(())
-        } else {
-            Err(ProposeError::field("addr", "must be HOST:PORT"))
-        }
+/// A join's address must be one other nodes can dial: `HOST:PORT`, and nothing that could
+/// turn into another URL when the leader dials it.
+fn validate(req: &JoinRequest) -> Result<(), ProposeError> {
+    let port_ok = req
+        .addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if port_ok && !req.addr.contains(['/', '#', '?', '@']) {
+        Ok(())
+    } else {
+        Err(ProposeError::field("addr", "must be HOST:PORT"))
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoveRequest {
-    pub id: NodeId,
 }
 
 /// Adds a node (first as a learner that catches up, then as a voter), on the leader or
 /// through it.
 pub async fn join(raft: &Raft, fwd: &Forwarder, req: &JoinRequest) -> Result<(), ProposeError> {
-    req.validate()?;
+    validate(req)?;
     match fwd.remote_leader().await? {
         Some(leader) => fwd.join(leader, req).await,
         None => join_here(raft, req).await,
@@ -57,7 +44,7 @@ pub async fn remove(raft: &Raft, fwd: &Forwarder, req: &RemoveRequest) -> Result
 
 /// The leader's half of [`join`].
 pub async fn join_here(raft: &Raft, req: &JoinRequest) -> Result<(), ProposeError> {
-    req.validate()?;
+    validate(req)?;
     if !raft.is_leader() {
         return Err(ProposeError::NoLeader);
     }

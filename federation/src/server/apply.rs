@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
-use chrono::Utc;
 use tideway_api::{AnyResource, Validate};
 
 use super::AppState;
@@ -17,7 +16,7 @@ pub async fn apply(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<AnyResource>, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
     let ct = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -26,8 +25,12 @@ pub async fn apply(
         .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
-    let at = Utc::now();
-    let (kind, name) = (res.kind(), res.metadata().name.clone());
+    let at = st.clock.now();
+    // A policy is answered with the bundle as applied.
+    let policy = match &res {
+        AnyResource::Policy(p) => Some(p.clone()),
+        _ => None,
+    };
     let cmd = match res {
         AnyResource::Queue(q) => Command::PutQueue {
             queue: Box::new(q),
@@ -58,18 +61,17 @@ pub async fn apply(
     match st.proposer.propose(cmd).await? {
         CommandResult::Created {
             object: StoredObject::Queue(q),
-        } => Ok(Json(serde_json::to_value(*q).unwrap_or_default())),
+        } => Ok(Json(AnyResource::Queue(*q))),
         CommandResult::Created {
             object: StoredObject::PriorityClass(p),
-        } => Ok(Json(serde_json::to_value(*p).unwrap_or_default())),
+        } => Ok(Json(AnyResource::PriorityClass(*p))),
         CommandResult::Created {
             object: StoredObject::QuotaSchedule(s),
-        } => Ok(Json(serde_json::to_value(*s).unwrap_or_default())),
-        CommandResult::Updated { count } => Ok(Json(serde_json::json!({
-            "kind": kind,
-            "metadata": { "name": name },
-            "applied": count,
-        }))),
+        } => Ok(Json(AnyResource::QuotaSchedule(*s))),
+        CommandResult::Updated { .. } if policy.is_some() => match policy {
+            Some(p) => Ok(Json(AnyResource::Policy(p))),
+            None => Err(ApiError::Internal("policy lost".into())),
+        },
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),

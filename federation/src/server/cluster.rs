@@ -7,14 +7,17 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::propose::membership::{self, JoinRequest, RemoveRequest};
+use crate::propose::membership;
 use crate::raft::state_machine::state_digest;
 use crate::raft::types::NodeId;
-use tideway_api::cluster::NodeStatus;
+use tideway_api::cluster::{
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
+    SnapshotAck,
+};
 
 pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiError> {
     let m = crate::raft::metrics(&st.raft);
@@ -63,25 +66,26 @@ pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
 pub async fn join(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<JoinAck>, ApiError> {
     let req: JoinRequest = json_body(body)?;
     membership::join(&st.raft, &st.forwarder, &req).await?;
-    Ok(Json(
-        serde_json::json!({"joined": req.id, "addr": req.addr}),
-    ))
+    Ok(Json(JoinAck {
+        joined: req.id,
+        addr: req.addr,
+    }))
 }
 
 pub async fn remove(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<RemoveAck>, ApiError> {
     let req: RemoveRequest = json_body(body)?;
     membership::remove(&st.raft, &st.forwarder, &req).await?;
-    Ok(Json(serde_json::json!({"removed": req.id})))
+    Ok(Json(RemoveAck { removed: req.id }))
 }
 
 /// Builds a snapshot on this node now and purges the log it covers.
-pub async fn snapshot(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn snapshot(State(st): State<AppState>) -> Result<Json<SnapshotAck>, ApiError> {
     let applied = crate::raft::metrics(&st.raft)
         .last_applied
         .map(|l| l.index())
@@ -115,17 +119,10 @@ pub async fn snapshot(State(st): State<AppState>) -> Result<Json<serde_json::Val
         )
         .await
         .map_err(|e| ApiError::Unavailable(format!("waiting for the purge: {e}")))?;
-    Ok(Json(serde_json::json!({
-        "snapshot": snap,
-        "purged": m.purged.map(|p| p.index()),
-    })))
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartitionRequest {
-    /// Peers this node stops talking to; empty heals.
-    pub blocked: Vec<NodeId>,
+    Ok(Json(SnapshotAck {
+        snapshot: snap,
+        purged: m.purged.map(|p| p.index()),
+    }))
 }
 
 /// Fault injection: cut this node off from the given peers. Refused unless the server was
@@ -133,7 +130,7 @@ pub struct PartitionRequest {
 pub async fn partition(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PartitionAck>, ApiError> {
     if !st.fault_injection {
         return Err(ApiError::Forbidden(
             "fault injection is disabled; start the server with --fault-injection".into(),
@@ -146,5 +143,5 @@ pub async fn partition(
         .filter_map(|id| st.forwarder.addr_of(*id))
         .collect();
     st.filter.set(ids.clone(), addrs);
-    Ok(Json(serde_json::json!({"blocked": ids})))
+    Ok(Json(PartitionAck { blocked: ids }))
 }

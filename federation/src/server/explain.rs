@@ -6,36 +6,18 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
-use tideway_api::{PendingReason, WorkloadPhase};
+use tideway_api::WorkloadPhase;
+use tideway_api::explain::ExplainResponse;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::propose::forward::ExplainForward;
-use tideway_scheduler::{Decision, Explanation};
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExplainResponse {
-    pub workload: String,
-    pub uid: String,
-    pub phase: WorkloadPhase,
-    pub cluster: Option<String>,
-    pub message: Option<String>,
-    /// The replicated reason (what `get` shows).
-    pub pending_reason: Option<PendingReason>,
-    /// What the last cycle decided for it and why, if it was pending then.
-    pub decision: Option<String>,
-    pub explanation: Option<Explanation>,
-    /// Human-readable summary, for the CLI.
-    pub summary: String,
-    pub cycle_at: Option<chrono::DateTime<chrono::Utc>>,
-}
+use tideway_scheduler::Decision;
 
 pub async fn explain(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ExplainResponse>, ApiError> {
     let resp = match st.forwarder.remote_leader().await? {
         Some(leader) => {
             let req = ExplainForward { workload: id };
@@ -45,9 +27,7 @@ pub async fn explain(
         }
         None => explain_here(&st, &id).await?,
     };
-    serde_json::to_value(resp)
-        .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    Ok(Json(resp))
 }
 
 /// The explanation on the leader, which holds the last cycle.
@@ -109,10 +89,10 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         },
     };
     let resp = ExplainResponse {
-        workload: w.metadata.name.clone(),
-        uid,
+        workload: w.metadata.name.clone().into(),
+        uid: uid.into(),
         phase: status.phase,
-        cluster: status.cluster.clone(),
+        cluster: status.cluster.clone().map(Into::into),
         message: status.message.clone(),
         pending_reason: status.pending_reason.clone(),
         decision,

@@ -8,14 +8,16 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use chrono::Utc;
 use serde::Deserialize;
-use tideway_api::agent::{AssignmentPage, Heartbeat, RegisterRequest, StatusReport};
+use tideway_api::agent::{
+    AssignmentPage, Heartbeat, HeartbeatAck, RegisterRequest, StatusAck, StatusReport,
+};
 use tideway_api::capacity::{
     CapacitySummary, CapacityView, ClusterCapacity, FRAGMENTATION_DEFINITION, FlavorCapacity,
     PoolCapacity, RegionCapacity,
 };
-use tideway_api::{MemberCluster, Validate};
+use tideway_api::list::MemberClusterList;
+use tideway_api::{ClusterName, MemberCluster, Validate};
 
 use super::AppState;
 use super::cluster::json_body;
@@ -52,7 +54,7 @@ pub async fn register(
         .propose(Command::RegisterMember {
             member: Box::new(req.member),
             agent_version: req.agent_version,
-            at: Utc::now(),
+            at: st.clock.now(),
         })
         .await?;
     Ok(Json(member_of(res)?))
@@ -62,7 +64,7 @@ pub async fn heartbeat(
     State(st): State<AppState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<HeartbeatAck>, ApiError> {
     member_name(&name)?;
     let hb: Heartbeat = json_body(body)?;
     if hb.digest.cluster != name {
@@ -95,9 +97,10 @@ pub async fn heartbeat(
             .await?
         }
     };
-    Ok(Json(
-        serde_json::json!({"member": name, "digestReplicated": due}),
-    ))
+    Ok(Json(HeartbeatAck {
+        member: ClusterName::from(name),
+        digest_replicated: due,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,10 +154,10 @@ pub async fn status(
     State(st): State<AppState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<StatusAck>, ApiError> {
     let report: StatusReport = json_body(body)?;
     if report.statuses.is_empty() {
-        return Ok(Json(serde_json::json!({"updated": 0})));
+        return Ok(Json(StatusAck { updated: 0 }));
     }
     let res = st
         .proposer
@@ -164,7 +167,7 @@ pub async fn status(
         })
         .await?;
     match res {
-        CommandResult::Updated { count } => Ok(Json(serde_json::json!({ "updated": count }))),
+        CommandResult::Updated { count } => Ok(Json(StatusAck { updated: count })),
         other => Err(ApiError::unexpected(other)),
     }
 }
@@ -179,7 +182,7 @@ pub struct StaleQuery {
 pub async fn list(
     State(st): State<AppState>,
     q: Result<Query<StaleQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MemberClusterList>, ApiError> {
     let Query(q) = q.map_err(super::workloads::query_error)?;
     st.read_barrier(q.stale).await?;
     let items = st.read(|d| {
@@ -189,11 +192,7 @@ pub async fn list(
             .map(|m| m.cluster.clone())
             .collect::<Vec<_>>()
     })?;
-    Ok(Json(serde_json::json!({
-        "apiVersion": tideway_api::API_VERSION,
-        "kind": "MemberClusterList",
-        "items": items,
-    })))
+    Ok(Json(MemberClusterList::new(items)))
 }
 
 pub async fn capacity(

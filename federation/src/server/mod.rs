@@ -17,6 +17,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use openraft::ReadPolicy;
+use tideway_api::clock::SharedClock;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub dispatch: DispatchConfig,
     /// The leader's last scheduling cycle, for `explain`.
     pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
+    /// The time records are stamped with.
+    pub clock: SharedClock,
 }
 
 impl AppState {

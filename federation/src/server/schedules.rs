@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use chrono::Utc;
 use serde::Deserialize;
 use tideway_api::ScheduleTimeline;
 
@@ -40,7 +39,7 @@ pub async fn timeline(
         ));
     }
     st.read_barrier(q.stale).await?;
-    let now = Utc::now();
+    let now = st.clock.now();
     st.read(|d| timeline_view(&d.state, &name, now, hours))?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no quota schedule named {name:?} is applied")))
@@ -49,7 +48,7 @@ pub async fn timeline(
 /// Every applied schedule where it stands now (the timeline of each, one hour long).
 pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<ScheduleTimeline>>, ApiError> {
     st.read_barrier(false).await?;
-    let now = Utc::now();
+    let now = st.clock.now();
     Ok(Json(st.read(|d| {
         d.state
             .tidal

@@ -6,9 +6,8 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
-use tideway_api::list::WorkloadList;
+use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
 use super::error::ApiError;
@@ -66,7 +65,7 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
+    let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
@@ -93,7 +92,7 @@ pub async fn submit(
     let cmd = Command::SubmitWorkload {
         workload: Box::new(w),
         idempotency_key: key,
-        at: Utc::now(),
+        at: st.clock.now(),
     };
     let result = st.proposer.propose(cmd).await;
     let resp = match result {
@@ -183,12 +182,8 @@ pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = 1000;
 
 fn parse_phase(s: &str) -> Result<WorkloadPhase, ApiError> {
-    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-        ApiError::field(
-            "query:phase",
-            format!("unknown phase '{s}'; one of Pending, Admitted, Assigned, Running, Succeeded, Failed, Cancelled, Preempted"),
-        )
-    })
+    s.parse::<WorkloadPhase>()
+        .map_err(|e| ApiError::field("query:phase", e.to_string()))
 }
 
 pub async fn list(
@@ -248,10 +243,7 @@ pub async fn list_queues(
     let Query(params) = params.map_err(query_error)?;
     st.read_barrier(params.stale).await?;
     let qs = st.read(|d| d.state.queues.values().cloned().collect::<Vec<_>>())?;
-    Ok(
-        Json(serde_json::json!({"apiVersion": API_VERSION, "kind": "QueueList", "items": qs}))
-            .into_response(),
-    )
+    Ok(Json(QueueList::new(qs)).into_response())
 }
 
 pub async fn list_priority_classes(
@@ -267,8 +259,5 @@ pub async fn list_priority_classes(
             .cloned()
             .collect::<Vec<_>>()
     })?;
-    Ok(Json(
-        serde_json::json!({"apiVersion": API_VERSION, "kind": "PriorityClassList", "items": pcs}),
-    )
-    .into_response())
+    Ok(Json(PriorityClassList::new(pcs)).into_response())
 }

@@ -47,7 +47,7 @@ use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus}
 use error::{classify, is_already_exists, is_gone, is_not_found};
 
 /// The wall clock, injected so tests pin time (preemption deadlines, `since`, digests).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub type Clock = tideway_api::clock::SharedClock;
 
 /// Our field manager on every write, so `kubectl get -o yaml --show-managed-fields` says who
 /// set what.
@@ -87,7 +87,7 @@ impl KubeBackend {
             client,
             config: Arc::new(config),
             jobs,
-            clock: Arc::new(Utc::now),
+            clock: tideway_api::clock::RealClock::shared(),
         })
     }
 
@@ -123,7 +123,7 @@ impl KubeBackend {
     }
 
     fn now(&self) -> DateTime<Utc> {
-        (self.clock)()
+        self.clock.now()
     }
 
     /// Deletes one job; already gone is fine.

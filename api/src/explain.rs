@@ -1,0 +1,253 @@
+//! Explanations: why a workload waits, cluster by cluster, and what would unblock it.
+//!
+//! `PendingReason` is the one structured reason a dashboard switches on; the explanation
+//! adds what Nomad's placement failures taught users to expect (a per-cluster breakdown)
+//! and the step that would change the outcome, both as a sentence and as data. The scheduler
+//! core produces these and the server returns them in [`ExplainResponse`]: they live here, at
+//! the bottom of the layers, so that the wire and the core share one definition. Decisions
+//! hold explanations behind an `Arc`: all workloads of one shape blocked by the same capacity
+//! share one, which is what keeps 100,000 explanations cheap.
+
+use std::fmt;
+
+use crate::names::{ClusterName, Uid, WorkloadName};
+use crate::workload::{PendingReason, TopologyLevel, WorkloadPhase};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// What would unblock it, as data.
+    pub unblock: Unblock,
+    /// The same, as one sentence for `tideway explain`.
+    pub hint: String,
+    /// One entry per member cluster when clusters were considered; empty when the workload
+    /// was stopped before routing (quota, limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterVerdict>,
+}
+
+impl Explanation {
+    pub fn new(unblock: Unblock) -> Self {
+        Self::with_clusters(unblock, Vec::new())
+    }
+
+    pub fn with_clusters(unblock: Unblock, clusters: Vec<ClusterVerdict>) -> Self {
+        Self {
+            hint: unblock.to_string(),
+            unblock,
+            clusters,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterVerdict {
+    pub cluster: String,
+    pub verdict: Verdict,
+}
+
+/// Why one cluster did not take the workload (or that it would have).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum Verdict {
+    /// Not Ready: it would otherwise have been considered.
+    NotReady,
+    /// Excluded by the workload's placement (`clusters` or `regions`).
+    PlacementExcluded { constraint: String },
+    /// No pool of the flavor (that the workload's class may use).
+    FlavorAbsent { flavor: String },
+    /// The member reports no domain of the required topology level for the flavor.
+    TopologyUnsupported { level: TopologyLevel },
+    /// Fits nowhere in the cluster right now.
+    TooSmall {
+        flavor: String,
+        needed_gpus: u64,
+        /// Largest gang of the workload's pod size that fits in one domain of the level.
+        largest_fit_gpus: u64,
+        free_gpus: u64,
+    },
+    /// Capacity is held for a waiting gang and this workload would not end before it starts.
+    Reserved {
+        for_uid: String,
+        expected_start: DateTime<Utc>,
+    },
+}
+
+/// What would change the outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum Unblock {
+    /// The queue's own work finishing, a cohort peer returning quota, or a higher limit.
+    QuotaFreed {
+        queue: String,
+        flavor: String,
+        gpus: u64,
+    },
+    WindowOpens {
+        at: DateTime<Utc>,
+    },
+    /// This many GPUs must become free in one domain of `level` (anywhere in a pool when
+    /// `None`) of a matching cluster.
+    CapacityFreed {
+        flavor: String,
+        gpus: u64,
+        level: Option<TopologyLevel>,
+    },
+    /// Enough is free, but scattered: work must finish or move within one domain.
+    Defragmentation {
+        flavor: String,
+        gpus: u64,
+        level: Option<TopologyLevel>,
+    },
+    RelaxPlacement {
+        constraint: String,
+    },
+    MemberReady {
+        clusters: Vec<String>,
+    },
+    PreemptionCompletes {
+        victims: Vec<String>,
+    },
+    PreemptionBudgetRefills {
+        at: Option<DateTime<Utc>>,
+    },
+    UserWorkloadFinishes {
+        user: String,
+        limit: u32,
+    },
+    ReservationStarts {
+        cluster: String,
+        expected_start: DateTime<Utc>,
+    },
+    /// Not looked at this cycle (admission cap); the next cycle will.
+    NextCycle,
+    /// The workload refers to something the policy does not define.
+    FixWorkload {
+        problem: String,
+    },
+    /// Its side of the fleet loses quota at `boundary` (a tidal window closes) and its
+    /// runtime estimate would outlast it: it starts once the boundary has passed, or at
+    /// once if it can checkpoint.
+    WindowClosing {
+        boundary: DateTime<Utc>,
+        estimate_seconds: u64,
+    },
+}
+
+impl fmt::Display for Unblock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QuotaFreed {
+                queue,
+                flavor,
+                gpus,
+            } => write!(
+                f,
+                "queue {queue} needs {gpus} more {flavor} GPUs of quota: its running work must \
+                 finish, a cohort peer must return borrowed quota, or its limit be raised"
+            ),
+            Self::WindowOpens { at } => {
+                write!(f, "the next quota window opens at {}", at.to_rfc3339())
+            }
+            Self::CapacityFreed {
+                flavor,
+                gpus,
+                level,
+            } => match level {
+                Some(l) => write!(
+                    f,
+                    "{gpus} {flavor} GPUs must become free in one {} of a matching cluster",
+                    l.as_str()
+                ),
+                None => write!(
+                    f,
+                    "{gpus} {flavor} GPUs must become free in one pool of a matching cluster"
+                ),
+            },
+            Self::Defragmentation {
+                flavor,
+                gpus,
+                level,
+            } => write!(
+                f,
+                "enough {flavor} GPUs are free but scattered; {gpus} must be free together{}",
+                level.map_or(String::new(), |l| format!(" in one {}", l.as_str()))
+            ),
+            Self::RelaxPlacement { constraint } => {
+                write!(f, "no ready cluster satisfies {constraint}; relax it")
+            }
+            Self::MemberReady { clusters } => write!(
+                f,
+                "one of these member clusters must become ready: {}",
+                clusters.join(", ")
+            ),
+            Self::PreemptionCompletes { victims } => write!(
+                f,
+                "{} preempted workload(s) must finish their checkpoint grace and exit",
+                victims.len()
+            ),
+            Self::PreemptionBudgetRefills { at } => match at {
+                Some(at) => write!(
+                    f,
+                    "the preemption budget refills at {}; preemption resumes then",
+                    at.to_rfc3339()
+                ),
+                None => f.write_str("the preemption budget must refill"),
+            },
+            Self::UserWorkloadFinishes { user, limit } => write!(
+                f,
+                "user {user} has {limit} active workload(s), the queue's limit; one must finish"
+            ),
+            Self::ReservationStarts {
+                cluster,
+                expected_start,
+            } => write!(
+                f,
+                "capacity on {cluster} is held for it, expected free by {}",
+                expected_start.to_rfc3339()
+            ),
+            Self::NextCycle => f.write_str("the next scheduling cycle will consider it"),
+            Self::FixWorkload { problem } => write!(f, "fix the workload: {problem}"),
+            Self::WindowClosing {
+                boundary,
+                estimate_seconds,
+            } => write!(
+                f,
+                "its quota window closes at {} and its estimate ({estimate_seconds} s) would \
+                 outlast it; it starts after the boundary, or now if it can checkpoint",
+                boundary.to_rfc3339()
+            ),
+        }
+    }
+}
+
+/// `GET /v1/workloads/{id}/explain`: the replicated state of a workload next to what the
+/// leader's last scheduling cycle decided for it and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainResponse {
+    /// The workload's name.
+    pub workload: WorkloadName,
+    /// Its UID (empty only for a workload stored before UIDs were assigned).
+    pub uid: Uid,
+    /// Its replicated phase.
+    pub phase: WorkloadPhase,
+    /// The member cluster it is assigned to, if any.
+    pub cluster: Option<ClusterName>,
+    /// The status message, if any.
+    pub message: Option<String>,
+    /// The replicated reason (what `get` shows).
+    pub pending_reason: Option<PendingReason>,
+    /// What the last cycle decided for it, as a phrase ("keep pending", "assign to sim-eu"),
+    /// if it was pending then.
+    pub decision: Option<String>,
+    /// Why, cluster by cluster, and what would unblock it.
+    pub explanation: Option<Explanation>,
+    /// Human-readable summary, for the CLI.
+    pub summary: String,
+    /// When that cycle ran.
+    pub cycle_at: Option<DateTime<Utc>>,
+}
