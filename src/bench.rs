@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tideway_api::clock::{Clock, RealClock};
 
+use crate::launcher::Launcher;
 use clap::Subcommand;
-use tideway::procs::ProcCluster;
 use tokio::sync::Mutex;
 
 #[derive(Subcommand, Debug)]
@@ -167,14 +167,11 @@ async fn submit(
     targets: Option<String>,
     no_failover: bool,
 ) -> anyhow::Result<()> {
-    let tmp = std::env::temp_dir().join(format!("tideway-bench-{}", std::process::id()));
     let mut cluster = None;
     let addrs = match targets {
         Some(t) => t.split(',').map(str::to_string).collect(),
         None => {
-            let bin = std::env::current_exe()?;
-            eprintln!("starting {nodes} federation nodes under {}", tmp.display());
-            let c = ProcCluster::start(bin, &tmp, nodes, &[]).await?;
+            let c = Launcher::start(nodes).await?;
             let a = c.addrs();
             cluster = Some(c);
             a
@@ -264,6 +261,5 @@ async fn submit(
         }
     }
     drop(cluster);
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use tideway_api::{
-    PendingReason, Preemptibility, PreemptionPolicy, TopologyRequirement, Workload, WorkloadClass,
+    PendingReason, Preemptibility, PreemptionPolicy, TopologyLevel, TopologyRequirement, Workload,
+    WorkloadClass,
 };
 
 use super::capacity::{FitChoice, GroupNeed, PoolState};
@@ -170,7 +171,7 @@ pub struct Cycle<'a> {
 }
 
 /// The pool kinds a workload class may use.
-fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
+pub fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
     if !affinity {
         return KIND_TRAINING | KIND_INFERENCE | KIND_SHARED;
     }
@@ -185,15 +186,17 @@ fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
 
 /// What makes two pending workloads interchangeable for placement.
 #[derive(PartialEq, Eq, Hash)]
-struct ShapeKey<'a> {
-    groups: Vec<(&'a str, u32, u32)>,
+pub struct ShapeKey<'a> {
+    /// `(flavor, gpus per pod, pods)`, by flavor, largest pods first.
+    pub groups: Vec<(&'a str, u32, u32)>,
     topology: Option<TopologyRequirement>,
     regions: Vec<&'a str>,
     clusters: Vec<&'a str>,
-    kinds: u8,
+    /// The pool kinds the workload's class may use (`kind_bit`s).
+    pub kinds: u8,
 }
 
-fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
+pub fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
     let mut groups: Vec<(&str, u32, u32)> = w
         .spec
         .pod_sets
@@ -228,6 +231,40 @@ fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
         clusters,
         kinds: kinds_for(w.spec.class, affinity),
     }
+}
+
+/// A workload's gangs, one per flavor, from its shape key's groups: the unit the capacity
+/// model fits. A gang with no GPUs is not something this scheduler places, so it is left out.
+pub fn gang_needs<'a>(
+    groups: &[(&'a str, u32, u32)],
+    level: Option<TopologyLevel>,
+    required: bool,
+) -> Vec<(&'a str, GroupNeed)> {
+    let mut needs: Vec<(&str, GroupNeed)> = Vec::new();
+    for &(flavor, g, count) in groups {
+        let pc = PodCount {
+            gpus_per_pod: g,
+            count,
+        };
+        let gpus = u64::from(g) * u64::from(count);
+        match needs.last_mut() {
+            Some((lf, need)) if *lf == flavor => {
+                need.pods.push(pc);
+                need.gpus = need.gpus.saturating_add(gpus);
+            }
+            _ => needs.push((
+                flavor,
+                GroupNeed {
+                    pods: vec![pc],
+                    gpus,
+                    level,
+                    required,
+                },
+            )),
+        }
+    }
+    needs.retain(|(_, n)| n.gpus > 0);
+    needs
 }
 
 /// GPUs per flavor, saturating: `WorkloadSpec::gpus_by_flavor` trusts validated input, the
@@ -533,34 +570,10 @@ impl<'a> Cycle<'a> {
             Some(t) => (Some(t.level()), t.is_required()),
             None => (None, false),
         };
-        let mut needs: Vec<(usize, GroupNeed)> = Vec::new();
-        for (flavor, g, count) in &key.groups {
-            let Some(f) = self.book.flavor_id(flavor) else {
-                continue;
-            };
-            let pc = PodCount {
-                gpus_per_pod: *g,
-                count: *count,
-            };
-            let gpus = u64::from(*g) * u64::from(*count);
-            match needs.last_mut() {
-                Some((lf, need)) if *lf == f => {
-                    need.pods.push(pc);
-                    need.gpus = need.gpus.saturating_add(gpus);
-                }
-                _ => needs.push((
-                    f,
-                    GroupNeed {
-                        pods: vec![pc],
-                        gpus,
-                        level,
-                        required,
-                    },
-                )),
-            }
-        }
-        // A gang with no GPUs is not something this scheduler places.
-        needs.retain(|(_, n)| n.gpus > 0);
+        let needs: Vec<(usize, GroupNeed)> = gang_needs(&key.groups, level, required)
+            .into_iter()
+            .filter_map(|(flavor, need)| Some((self.book.flavor_id(flavor)?, need)))
+            .collect();
         let request = needs.iter().map(|(f, n)| (*f, n.gpus)).collect();
         let mut shape = Shape {
             needs,

@@ -33,6 +33,7 @@ pub mod decision;
 pub mod error;
 pub mod explain;
 mod fair_share;
+pub mod fit;
 mod hash;
 pub mod input;
 mod ordering;
@@ -46,10 +47,12 @@ pub mod tidal;
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;
 pub use explain::{ClusterVerdict, Explanation, Unblock, Verdict};
+pub use fit::Gangs;
 pub use input::{
     ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget,
     QuotaOverride, Reservation, RoutingWeights, RunningWorkload, SchedulerInput, SchedulerTuning,
 };
+pub use quota::{Limit, QueueInfo, QuotaBlock, QuotaBook};
 
 /// Runs one scheduling cycle. Every pending workload gets exactly one decision; decisions
 /// come in the order the workloads were considered (priority, fair share, FIFO).

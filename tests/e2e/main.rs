@@ -15,4 +15,6 @@ mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
 mod t90_dev_preemption;
-mod t95_tidal;
+mod t95_dashboard;
+mod t96_deploy;
+mod t97_tidal;

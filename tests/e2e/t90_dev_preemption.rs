@@ -55,7 +55,7 @@ impl Drop for Dev {
 async fn a_high_priority_gang_preempts_low_work_after_its_minimum_runtime() {
     let _guard = crate::common::serial().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let addr = tideway::procs::free_addr().expect("a free port");
+    let addr = tideway_testkit::free_addr().expect("a free port");
     let log = std::fs::File::create(dir.path().join("dev.log")).expect("log file");
     let _dev = Dev(std::process::Command::new(BIN)
         .args(["dev", "--listen", &addr, "--time-scale", "60", "--data"])

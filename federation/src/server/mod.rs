@@ -9,6 +9,7 @@ pub mod internal;
 pub mod members;
 pub mod metrics;
 pub mod schedules;
+pub mod ui;
 pub mod workloads;
 
 use std::sync::{Arc, RwLock};
@@ -130,6 +131,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());
