@@ -1,7 +1,5 @@
 //! The typed HTTP client of the federation API, used by the CLI, the agents and the tests.
 
-#![warn(missing_docs)]
-
 use std::time::Duration;
 
 use reqwest::StatusCode;

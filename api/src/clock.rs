@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+/// Why a clock could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClockError {
+    /// A `ScaledClock` factor that is zero, negative, NaN or infinite.
     #[error("speed-up factor must be finite and positive (got {0})")]
     InvalidFactor(f64),
 }
@@ -83,6 +85,7 @@ impl ScaledClock {
         })
     }
 
+    /// How many virtual seconds pass per real second.
     pub fn factor(&self) -> f64 {
         self.factor
     }
@@ -119,6 +122,7 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// Time stands at `start` until set or advanced.
     pub fn new(start: DateTime<Utc>) -> Self {
         Self {
             start,
@@ -127,6 +131,7 @@ impl ManualClock {
         }
     }
 
+    /// Jumps to `now`, backwards too; monotonic time never goes back before the start.
     pub fn set(&self, now: DateTime<Utc>) {
         *self.now.lock().unwrap_or_else(PoisonError::into_inner) = now;
     }

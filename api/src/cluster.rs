@@ -2,8 +2,6 @@
 //! (`GET /v1/cluster/status`), the requests that change the group (join, remove), their
 //! acknowledgements, and the fleet-wide report `tideway cluster status -o json` prints.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};

@@ -11,14 +11,20 @@
 use chrono::{Datelike, NaiveDate};
 use thiserror::Error;
 
+/// Why a cron expression does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CronError {
+    /// Not five whitespace-separated fields.
     #[error("expected 5 fields (minute hour day-of-month month day-of-week), got {0}")]
     FieldCount(usize),
+    /// One field is wrong.
     #[error("{field}: {value:?} is not valid: {reason}")]
     Field {
+        /// Which field ("minute", "hour", ...).
         field: &'static str,
+        /// The field as written.
         value: String,
+        /// What is wrong with it.
         reason: &'static str,
     },
 }

@@ -8,8 +8,6 @@
 //! hold explanations behind an `Arc`: all workloads of one shape blocked by the same capacity
 //! share one, which is what keeps 100,000 explanations cheap.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 
 use crate::names::{ClusterName, Uid, WorkloadName};

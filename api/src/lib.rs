@@ -7,6 +7,8 @@
 //! decoding stops at the first structural problem, validation reports every semantic problem
 //! at once, and both name the offending field with the same camelCase JSON path.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod capacity;
 pub mod client;
@@ -51,6 +53,7 @@ pub use quota_schedule::{
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
+    WorkloadStatus,
 };

@@ -1,8 +1,6 @@
 //! Listings: a page of workloads, and the full lists of the smaller kinds (queues, priority
 //! classes, member clusters).
 
-#![warn(missing_docs)]
-
 use serde::{Deserialize, Serialize};
 
 use crate::member_cluster::MemberCluster;

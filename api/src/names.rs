@@ -5,8 +5,6 @@
 //! misrouted workload. Each serializes as the bare string (`#[serde(transparent)]`), so the
 //! JSON is the same as before they existed.
 
-#![warn(missing_docs)]
-
 use std::borrow::Borrow;
 use std::fmt;
 

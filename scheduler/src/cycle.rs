@@ -101,7 +101,7 @@ impl Shape {
 }
 
 /// A running (or admitted) workload, as preemption and reservations need it.
-pub struct RunInfo {
+pub struct RunInfo<'a> {
     pub uid: String,
     pub queue: Option<usize>,
     pub base: i32,
@@ -109,6 +109,9 @@ pub struct RunInfo {
     pub gpus: Vec<(usize, u64)>,
     /// (pool index in its cluster, domain index in the pool, pods) for returning capacity.
     pub pods: Vec<(usize, Option<usize>, PodCount)>,
+    /// The nodes it occupies, as its member reported them: (pool index, domain index, node
+    /// id, GPUs). Empty when unknown; see `nodes`.
+    pub nodes: Vec<(usize, Option<usize>, &'a str, u32)>,
     pub tier: VictimTier,
     pub work_lost_seconds: u64,
     pub admitted_at: DateTime<Utc>,
@@ -136,6 +139,11 @@ pub struct Hold {
     pub holder_effective: i64,
     pub expected_start: DateTime<Utc>,
     pub active: bool,
+    /// Reservations: running work expected to end by `expected_start`, whose capacity the
+    /// holder counts on; whatever else is free is extra and may be backfilled.
+    pub returning: Vec<u32>,
+    /// Shapes already found to leave the holder no room (capacity only shrinks in a cycle).
+    pub no_room: Vec<u32>,
 }
 
 pub struct Cycle<'a> {
@@ -149,7 +157,7 @@ pub struct Cycle<'a> {
     pub shape_of: Vec<u32>,
     pub ranks: Vec<Rank>,
     pub queue_of: Vec<Option<usize>>,
-    pub running: Vec<RunInfo>,
+    pub running: Vec<RunInfo<'a>>,
     pub on_cluster: Vec<Vec<u32>>,
     pub holds: Vec<Hold>,
     pub holds_on: Vec<Vec<usize>>,
@@ -168,6 +176,8 @@ pub struct Cycle<'a> {
     pub admitted: u32,
     pub stats: SchedulerStats,
     pub decisions: Vec<Decision>,
+    /// Pending workloads per flavor id, counted on first use by `reservation`.
+    pub pending_on_flavor: Vec<u32>,
 }
 
 /// The pool kinds a workload class may use.
@@ -388,6 +398,7 @@ impl<'a> Cycle<'a> {
             admitted: 0,
             stats: SchedulerStats::default(),
             decisions: Vec::with_capacity(input.pending.len()),
+            pending_on_flavor: Vec::new(),
         };
         cycle.load_running(&cluster_ids);
         cycle.load_pending();
@@ -458,11 +469,7 @@ impl<'a> Cycle<'a> {
                 }
                 Some(s) => (VictimTier::Running, secs_between(s, self.now)),
             };
-            let runtime = w
-                .spec
-                .runtime_estimate_seconds
-                .unwrap_or(self.tuning.default_runtime_estimate_seconds);
-            let expected_end = plus_secs(started.unwrap_or(self.now), runtime).max(self.now);
+            let expected_end = self.expected_end(r);
             if let Some(for_uid) = &r.preempting_for {
                 self.waiting_victims
                     .entry(for_uid.as_str())
@@ -483,6 +490,7 @@ impl<'a> Cycle<'a> {
                 base: class.value,
                 preemptibility: class.preemptibility,
                 gpus,
+                nodes: super::nodes::located(&pods, r),
                 pods,
                 tier,
                 work_lost_seconds,
@@ -548,8 +556,10 @@ impl<'a> Cycle<'a> {
             let w = &p.workload;
             let class = self.prio.class(&w.spec.priority_class);
             let waited = secs_between(p.submitted_at, self.now);
+            let expected = self.expected_gpu_seconds(w);
             self.ranks.push(Rank {
                 effective: class.effective_priority(waited),
+                expected,
                 seq: p.seq,
             });
             self.queue_of.push(self.book.queue_id(&w.spec.queue));
@@ -615,7 +625,9 @@ impl<'a> Cycle<'a> {
             if self.own_hold.contains_key(&idx) || !self.shapes[s].candidates.contains(&ci) {
                 continue;
             }
-            self.add_hold(HoldKind::Reservation, idx, ci, r.expected_start);
+            if let Some(start) = self.keep_reservation(idx, ci, r.expected_start) {
+                self.add_hold(HoldKind::Reservation, idx, ci, start);
+            }
         }
         // Preemptors whose victims are still leaving keep the capacity they preempted for.
         let mut preempting: Vec<(u32, usize)> = Vec::new();
@@ -638,6 +650,10 @@ impl<'a> Cycle<'a> {
     pub fn add_hold(&mut self, kind: HoldKind, idx: u32, ci: usize, expected_start: DateTime<Utc>) {
         let s = self.shape_of[idx as usize] as usize;
         let h = self.holds.len();
+        let returning = match kind {
+            HoldKind::Reservation => self.returning_by(ci, s, expected_start),
+            HoldKind::Preemption => Vec::new(),
+        };
         self.holds.push(Hold {
             kind,
             cluster: ci,
@@ -647,6 +663,8 @@ impl<'a> Cycle<'a> {
             holder_effective: self.ranks[idx as usize].effective,
             expected_start,
             active: true,
+            returning,
+            no_room: Vec::new(),
         });
         self.holds_on[ci].push(h);
         self.own_hold.insert(idx, h);

@@ -170,10 +170,16 @@ impl Cycle<'_> {
         let side = FleetSide::of_class(w.spec.class);
         let s = self.shape_of[idx as usize] as usize;
         let effective = self.ranks[idx as usize].effective;
-        let runtime = w.spec.runtime_estimate_seconds;
+        let runtime = self.pending_estimate(idx);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_some()
+            {
+                continue;
+            }
             let region = self.clusters[ci].region.as_str();
             let mine: Vec<&SideEntry> = self
                 .sides
@@ -195,7 +201,7 @@ impl Cycle<'_> {
                         .sum::<u64>();
                     e.used.saturating_add(ask) <= e.guaranteed
                 });
-            if !within || self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+            if !within {
                 continue;
             }
             let order = mine.first().map(|e| e.order).unwrap_or_default();
@@ -275,11 +281,14 @@ impl Cycle<'_> {
         let base = class.value;
         let s = self.shape_of[idx as usize] as usize;
         let effective = self.ranks[idx as usize].effective;
-        let runtime = w.spec.runtime_estimate_seconds;
+        let runtime = self.pending_estimate(idx);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
-            if self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_some()
+            {
                 continue;
             }
             let order = self.reclaim_order(ci, s, ReclaimOrder::LeastWorkLost, |ri| {

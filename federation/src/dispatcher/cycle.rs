@@ -143,7 +143,7 @@ pub fn build_input(
     };
     let queues: Vec<_> = state.queues.values().cloned().collect();
     let quota_overrides = super::tidal::quota_overrides(state, &clusters, &queues, now);
-    SchedulerInput {
+    let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
@@ -161,7 +161,9 @@ pub fn build_input(
         preemption_budget,
         quota_overrides,
         settings,
-    }
+    };
+    super::estimates::fill(&mut input, &super::estimates::learned(state));
+    input
 }
 
 /// The log entry for a cycle's output: only what changes the state.

@@ -27,7 +27,8 @@ mod fixtures;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
@@ -64,7 +65,12 @@ pub struct KubeBackend {
     config: Arc<KubeConfig>,
     jobs: Api<DynamicObject>,
     clock: Clock,
+    /// The nodes of each workload attempt, from the last digest's pod list (no extra API
+    /// call); running statuses carry them. Never held across an await.
+    nodes: Arc<RwLock<NodesByWorkload>>,
 }
+
+type NodesByWorkload = BTreeMap<(String, u32), Vec<tideway_api::NodeGpus>>;
 
 impl std::fmt::Debug for KubeBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,6 +94,7 @@ impl KubeBackend {
             config: Arc::new(config),
             jobs,
             clock: tideway_api::clock::RealClock::shared(),
+            nodes: Arc::default(),
         })
     }
 
@@ -190,6 +197,8 @@ impl Backend for KubeBackend {
         )
         .await
         .map_err(|e| classify("list pods", e))?;
+        let occupied = digest::nodes_by_workload(&pods);
+        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = occupied;
         Ok(digest::build_digest(
             &self.config,
             &nodes,
@@ -304,6 +313,12 @@ impl Backend for KubeBackend {
                         s.since = now;
                     }
                     Err(e) => tracing::warn!(job = name, error = %e, "preemption delete failed"),
+                }
+            }
+            if s.phase == LocalPhase::Running {
+                let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+                if let Some(n) = nodes.get(&(s.uid.clone(), s.attempt)) {
+                    s.nodes.clone_from(n);
                 }
             }
             out.push(s);

@@ -23,10 +23,8 @@ impl Cycle<'_> {
         let side = FleetSide::of_class(w.spec.class);
         let s = self.shape_of[idx as usize] as usize;
         let shape = &self.shapes[s];
-        let estimate = w
-            .spec
-            .runtime_estimate_seconds
-            .unwrap_or(self.tuning.default_runtime_estimate_seconds);
+        // The same estimate backfill and reservations use (learned, limit, or default).
+        let estimate = self.pending_estimate(idx);
         let ends = super::super::cycle::plus_secs(self.now, estimate);
         for e in &self.sides.entries {
             let (Some(boundary), Some(next)) = (e.boundary, e.next_guaranteed) else {
