@@ -163,6 +163,12 @@ impl Node {
             state.last_cycle.clone(),
             state.metrics.clone(),
         )));
+        tasks.push(tokio::spawn(crate::dispatcher::tidal::tidal_loop(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+            state.clock.clone(),
+        )));
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await

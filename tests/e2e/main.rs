@@ -17,3 +17,4 @@ mod t80_scheduling;
 mod t90_dev_preemption;
 mod t95_dashboard;
 mod t96_deploy;
+mod t97_tidal;

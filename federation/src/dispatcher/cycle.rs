@@ -51,7 +51,7 @@ pub fn build_input(
     now: DateTime<Utc>,
     cycle: u64,
 ) -> SchedulerInput {
-    let settings = tideway_api::SchedulerSettings::default();
+    let settings = state.tidal.settings();
     let mut clusters = Vec::new();
     let mut digest_at = BTreeMap::new();
     for (name, rec) in &state.members {
@@ -141,11 +141,13 @@ pub fn build_input(
         used_in_window: recent.len() as u32,
         refills_at: recent.first().map(|t| **t + window),
     };
+    let queues: Vec<_> = state.queues.values().cloned().collect();
+    let quota_overrides = super::tidal::quota_overrides(state, &clusters, &queues, now);
     let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
-        queues: state.queues.values().cloned().collect(),
+        queues,
         priority_classes: state.priority_classes.values().cloned().collect(),
         clusters,
         pending,
@@ -157,7 +159,7 @@ pub fn build_input(
             .map(Into::into)
             .collect(),
         preemption_budget,
-        quota_overrides: Vec::new(),
+        quota_overrides,
         settings,
     };
     super::estimates::fill(&mut input, &super::estimates::learned(state));

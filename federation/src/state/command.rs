@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{
-    ClusterName, FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload,
-    WorkloadName,
+    ClusterName, FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue,
+    QuotaSchedule, Workload, WorkloadName,
 };
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
@@ -107,6 +107,24 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// Create or replace a quota schedule; apply records the window open at `at`.
+    PutQuotaSchedule {
+        schedule: Box<QuotaSchedule>,
+        at: DateTime<Utc>,
+    },
+    /// Apply a whole policy bundle (queues, priority classes, quota schedules, settings).
+    PutPolicy {
+        policy: Box<Policy>,
+        at: DateTime<Utc>,
+    },
+    /// A quota schedule's window changed at `boundary` (proposed by the leader at `at`).
+    TidalTransition {
+        schedule: String,
+        from: Option<String>,
+        to: Option<String>,
+        boundary: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -145,6 +163,7 @@ pub enum StoredObject {
     Queue(Box<Queue>),
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
+    QuotaSchedule(Box<QuotaSchedule>),
 }
 
 #[cfg(test)]

@@ -180,6 +180,9 @@ fn reason_window_closed() {
         },
         window: Some("day".into()),
         until: Some(until),
+        side: None,
+        regions: Vec::new(),
+        handover: None,
     }];
     f.submit(workload("w", "q", "normal", "H100", 1, 8));
     let out = f.cycle();
