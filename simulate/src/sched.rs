@@ -18,6 +18,7 @@
 //!   bucket) at a cost independent of how much is running.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
 use tideway_api::clock::{Clock, RealClock};
 
 use rustc_hash::FxHashSet;
@@ -29,7 +30,7 @@ use tideway_scheduler::{
 
 use super::aggregate::{Aggregates, GroupKey, Names};
 use super::config::{RunningView, SimulatorSettings};
-use super::engine::{Engine, Fleet, Jobs, Key, Queue, SchedStats};
+use super::engine::{Engine, Fleet, Jobs, Key, Queue};
 use super::metrics;
 use super::time::{Secs, to_utc};
 
@@ -131,6 +132,35 @@ impl SchedState {
             used_in_window: self.evictions.len() as u32,
             refills_at: self.evictions.front().map(|&t| to_utc(t + BUDGET_WINDOW)),
         }
+    }
+}
+
+/// Counters of the scheduler core's work, for the summary (zero in FIFO mode).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SchedStats {
+    cycles: u64,
+    wall: Duration,
+    preemption_decisions: u64,
+    reservations: u64,
+}
+
+impl SchedStats {
+    pub fn cycles(&self) -> u64 {
+        self.cycles
+    }
+
+    /// Wall-clock time spent in the core.
+    pub fn wall_seconds(&self) -> f64 {
+        self.wall.as_secs_f64()
+    }
+
+    pub fn preemption_decisions(&self) -> u64 {
+        self.preemption_decisions
+    }
+
+    /// Reservations created (not renewed).
+    pub fn reservations(&self) -> u64 {
+        self.reservations
     }
 }
 

@@ -8,21 +8,13 @@ use std::collections::BTreeMap;
 use super::super::metrics::{
     JobRecord, PoolSummary, QueueSummary, REASONS, RunStats, Sample, Summary,
 };
+use super::super::sched::SchedStats;
 use super::super::summary::{group_summary, ratio};
 use super::super::time::Secs;
 
 /// A bound on `timeseries.csv` whatever `sampleSeconds` says: a one-second interval over a
 /// year of trace must not exhaust memory.
 pub(super) const MAX_SAMPLES: usize = 1_000_000;
-
-/// Counters of the scheduler core's work (zero in FIFO mode).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct SchedStats {
-    pub cycles: u64,
-    pub wall: std::time::Duration,
-    pub preemption_decisions: u64,
-    pub reservations: u64,
-}
 
 /// The next sample due before some time.
 pub(super) enum SampleDue {
@@ -262,10 +254,10 @@ impl Accounting {
                 } else {
                     0.0
                 },
-                scheduler_cycles: s.sched.cycles,
-                scheduler_wall_seconds: s.sched.wall.as_secs_f64(),
-                preemption_decisions: s.sched.preemption_decisions,
-                reservations: s.sched.reservations,
+                scheduler_cycles: s.sched.cycles(),
+                scheduler_wall_seconds: s.sched.wall_seconds(),
+                preemption_decisions: s.sched.preemption_decisions(),
+                reservations: s.sched.reservations(),
             },
             traces: s.traces,
             bad_rows,

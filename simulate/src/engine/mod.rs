@@ -36,7 +36,6 @@ use super::time::Secs;
 use super::trace::{Job, Shape, TraceReport};
 use accounting::{Accounting, PoolLine, QueueLine, SampleDue, SummaryInput};
 
-pub(crate) use accounting::SchedStats;
 pub(crate) use fleet::Fleet;
 pub(crate) use jobs::{Jobs, Key, Queue};
 
