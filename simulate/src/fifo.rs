@@ -19,18 +19,19 @@ use super::metrics;
 impl Engine {
     pub(super) fn fifo_step(&mut self) {
         let mut heads: BinaryHeap<Reverse<(u64, usize)>> = self
-            .queues
+            .jobs()
+            .queues()
             .iter()
             .enumerate()
-            .filter_map(|(q, qs)| qs.pending.first_key_value().map(|(k, _)| Reverse((k.1, q))))
+            .filter_map(|(q, qs)| qs.head().map(|(k, _)| Reverse((k.1, q))))
             .collect();
         while let Some(Reverse((_, q))) = heads.pop() {
-            let Some((_, &j)) = self.queues[q].pending.first_key_value() else {
+            let Some((_, j)) = self.jobs().queues()[q].head() else {
                 continue;
             };
             match self.fifo_place(j) {
                 Ok(()) => {
-                    if let Some((k, _)) = self.queues[q].pending.first_key_value() {
+                    if let Some((k, _)) = self.jobs().queues()[q].head() {
                         heads.push(Reverse((k.1, q)));
                     }
                 }
@@ -41,23 +42,22 @@ impl Engine {
 
     /// Starts `j` on the first cluster that takes it, or says why none does.
     fn fifo_place(&mut self, j: u32) -> Result<(), u8> {
-        let ji = j as usize;
-        let q = self.js[ji].queue as usize;
-        if self.quota.check(q, &self.js[ji].request).is_err() {
+        let jobs = self.jobs();
+        if self.quota().check(jobs.queue(j), jobs.request(j)).is_err() {
             return Err(metrics::QUOTA);
         }
-        let Some(gangs) = self.js[ji].gangs.take() else {
+        if jobs.gangs(j).is_none() {
             return Err(metrics::QUEUED);
-        };
-        let allowed: Vec<usize> = match &self.js[ji].allowed {
+        }
+        let allowed: Vec<usize> = match jobs.allowed(j) {
             Some(list) => list.iter().map(|&c| c as usize).collect(),
-            None => (0..self.members.len()).collect(),
+            None => (0..self.fleet().len()).collect(),
         };
         let mut chosen = None;
         for &c in &allowed {
             self.refresh(c);
-            let digest = &self.views[c].digest;
-            if let Some(pools) = gangs.place(digest) {
+            let digest = self.fleet().digest(c);
+            if let Some(pools) = self.jobs().gangs(j).and_then(|g| g.place(digest)) {
                 let pool = digest.pools[pools[0]].pool.clone();
                 chosen = Some((c, pool, pools.len() == 1));
                 break;
@@ -65,21 +65,22 @@ impl Engine {
         }
         let Some((c, pool, restrict)) = chosen else {
             // Enough free in total (in allowed clusters) but nowhere whole: fragmentation.
-            let fragmented = gangs.iter().all(|(flavor, gpus, _)| {
-                let free: u64 = allowed
-                    .iter()
-                    .map(|&c| gangs.free_gpus(&self.views[c].digest, flavor))
-                    .sum();
-                free >= gpus
+            let fleet = self.fleet();
+            let fragmented = self.jobs().gangs(j).is_some_and(|gangs| {
+                gangs.iter().all(|(flavor, gpus, _)| {
+                    let free: u64 = allowed
+                        .iter()
+                        .map(|&c| gangs.free_gpus(fleet.digest(c), flavor))
+                        .sum();
+                    free >= gpus
+                })
             });
-            self.js[ji].gangs = Some(gangs);
             return Err(if fragmented {
                 metrics::FRAGMENTATION
             } else {
                 metrics::CAPACITY
             });
         };
-        self.js[ji].gangs = Some(gangs);
         if self.assign(j, c, pool, restrict) {
             self.tick_now(c);
         }

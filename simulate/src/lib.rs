@@ -9,7 +9,8 @@
 //!
 //! Layout, in the order a run meets it: [`config`] (the fleet and the policy), [`trace`]
 //! (one reader per trace format), [`workload`] (what a trace job becomes), [`engine`] (the
-//! event loop, arrivals, member ticks), `fifo` and `sched` (the two admission modes, on the
+//! event loop, and in private submodules the fleet, the job table, the job lifecycle and the
+//! accounting), `fifo` and `sched` (the two admission modes, on the
 //! core's own `QuotaBook` and `Gangs`), [`metrics`], [`summary`] and [`output`] (what is
 //! measured and written), [`svg`] (plots) and [`progress`].
 

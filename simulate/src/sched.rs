@@ -24,13 +24,13 @@ use tideway_api::clock::{Clock, RealClock};
 use rustc_hash::FxHashSet;
 use tideway_api::Policy;
 use tideway_scheduler::{
-    Decision, Gangs, PendingWorkload, PreemptionBudget, Reservation, RunningWorkload,
+    Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation, RunningWorkload,
     SchedulerInput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
 use super::config::{RunningView, SimulatorSettings};
-use super::engine::{Engine, Key, Phase};
+use super::engine::{Engine, Fleet, Jobs, Key, Queue};
 use super::metrics;
 use super::time::{Secs, to_utc};
 
@@ -40,19 +40,27 @@ const MAX_ROUNDS: usize = 16;
 /// The sliding window preemptions are rate-limited over (the settings say per minute).
 const BUDGET_WINDOW: Secs = 60;
 
-pub(super) struct SchedState {
+pub(crate) struct SchedState {
     input: SchedulerInput,
     exact: bool,
     reservations: Vec<Reservation>,
     evictions: VecDeque<Secs>,
     cycle: u64,
     aggregates: Aggregates,
+    /// The aggregate groups each active job counts in, with its pods in each (aggregate
+    /// view), by job.
+    aggs: Vec<Vec<(u32, u32)>>,
     /// Preemption was asked for but the running view cannot name victims.
-    pub preemption_disabled: bool,
+    preemption_disabled: bool,
+    /// The run's seed; each cycle's is derived from it.
+    seed: u64,
+    head_window: usize,
+    lookahead: usize,
+    stats: SchedStats,
 }
 
 impl SchedState {
-    pub fn new(policy: &Policy, settings: &SimulatorSettings) -> Self {
+    pub fn new(policy: &Policy, settings: &SimulatorSettings, seed: u64, jobs: usize) -> Self {
         let sched = &policy.spec.scheduler;
         let needs_exact = sched.preemption
             || policy
@@ -90,8 +98,23 @@ impl SchedState {
             evictions: VecDeque::new(),
             cycle: 0,
             aggregates: Aggregates::default(),
+            aggs: vec![Vec::new(); jobs],
             preemption_disabled,
+            seed,
+            head_window: settings.head_window,
+            lookahead: settings.lookahead,
+            stats: SchedStats::default(),
         }
+    }
+
+    /// Preemption was asked for but the running view cannot name victims.
+    pub fn preemption_disabled(&self) -> bool {
+        self.preemption_disabled
+    }
+
+    /// What the core was asked to do and decided, for the summary.
+    pub fn stats(&self) -> SchedStats {
+        self.stats
     }
 
     fn budget(&mut self, now: Secs) -> PreemptionBudget {
@@ -112,6 +135,35 @@ impl SchedState {
     }
 }
 
+/// Counters of the scheduler core's work, for the summary (zero in FIFO mode).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SchedStats {
+    cycles: u64,
+    wall: Duration,
+    preemption_decisions: u64,
+    reservations: u64,
+}
+
+impl SchedStats {
+    pub fn cycles(&self) -> u64 {
+        self.cycles
+    }
+
+    /// Wall-clock time spent in the core.
+    pub fn wall_seconds(&self) -> f64 {
+        self.wall.as_secs_f64()
+    }
+
+    pub fn preemption_decisions(&self) -> u64 {
+        self.preemption_decisions
+    }
+
+    /// Reservations created (not renewed).
+    pub fn reservations(&self) -> u64 {
+        self.reservations
+    }
+}
+
 /// splitmix64: the cycle's seed from the run's seed and the cycle number.
 fn mix(seed: u64, cycle: u64) -> u64 {
     let mut z = seed ^ cycle.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -120,11 +172,96 @@ fn mix(seed: u64, cycle: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// What bounds the pending-work window of one cycle.
+struct WindowBounds {
+    /// The first `head` pending jobs of every queue are always shown.
+    head: usize,
+    /// At most this many more per queue.
+    lookahead: usize,
+    /// The fleet's free GPUs, and the most free in one cluster.
+    total_free: u64,
+    largest_free: u64,
+    preemption: bool,
+}
+
+/// The pending work a cycle shows the core, in queue order per queue: each queue's head,
+/// then the work small enough to fit the largest free cluster until the queue's quota
+/// headroom and the fleet's free GPUs are spent. Also says whether work that could have
+/// fitted was left out.
+fn window(
+    queues: &[Queue],
+    quota: &QuotaBook,
+    flavors: usize,
+    b: &WindowBounds,
+) -> (Vec<u32>, bool) {
+    let mut chosen: Vec<u32> = Vec::new();
+    let mut truncated = false;
+    for (q, qs) in queues.iter().enumerate() {
+        if qs.is_empty() {
+            continue;
+        }
+        let mut last_head: Option<Key> = None;
+        for (k, j) in qs.pending().take(b.head) {
+            chosen.push(j);
+            last_head = Some(k);
+        }
+        let room: u64 = (0..flavors)
+            .map(|f| quota.reachable(q, f).saturating_sub(quota.used(q, f)))
+            .sum();
+        let mut budget = b.total_free.min(room);
+        if budget == 0 && !b.preemption {
+            continue;
+        }
+        let bound = budget.min(b.largest_free);
+        // Merge the size buckets that could fit, in queue order.
+        let mut iters: Vec<(
+            u64,
+            std::iter::Peekable<std::collections::btree_set::Iter<'_, Key>>,
+        )> = qs
+            .sizes_up_to(bound)
+            .map(|(g, set)| (g, set.iter().peekable()))
+            .collect();
+        let mut taken = 0usize;
+        loop {
+            let mut best: Option<(usize, Key)> = None;
+            for (i, (_, it)) in iters.iter_mut().enumerate() {
+                if let Some(&&k) = it.peek()
+                    && best.is_none_or(|(_, b)| k < b)
+                {
+                    best = Some((i, k));
+                }
+            }
+            let Some((i, key)) = best else {
+                break;
+            };
+            iters[i].1.next();
+            if last_head.is_some_and(|h| key <= h) {
+                continue;
+            }
+            let gpus = iters[i].0;
+            if taken >= b.lookahead || gpus > budget {
+                truncated = true;
+                break;
+            }
+            taken += 1;
+            budget -= gpus;
+            if let Some(j) = qs.job_at(&key) {
+                chosen.push(j);
+            }
+        }
+    }
+    (chosen, truncated)
+}
+
 impl Engine {
     pub(super) fn scheduler_step(&mut self) {
         for _ in 0..MAX_ROUNDS {
             let (assigned, truncated) = self.cycle();
-            if assigned == 0 || !truncated || self.pending_count == 0 || self.free_gpus() == 0 {
+            if assigned == 0
+                || !truncated
+                || self.jobs().pending_count() == 0
+                || self.free_gpus() == 0
+            {
                 break;
             }
         }
@@ -133,22 +270,18 @@ impl Engine {
     /// One scheduling cycle. Returns how many workloads were assigned and whether the
     /// window left out work that could have fitted.
     fn cycle(&mut self) -> (usize, bool) {
-        let Some(mut st) = self.sched.take() else {
+        let Some(mut st) = self.take_sched() else {
             return (0, false);
         };
-        let now = self.now;
-        for c in 0..self.members.len() {
-            self.refresh(c);
-        }
+        let now = self.now();
+        self.refresh_all();
 
         // Free capacity bounds what could start.
-        let nf = self.flavors.len();
         let mut largest_free = 0u64;
         let mut total_free = 0u64;
-        for v in &self.views {
-            // A gang must fit one cluster (each flavor in one of its pools): the cluster's
-            // free GPUs bound what one workload can take there.
-            let free: u64 = v.digest.pools.iter().map(|p| p.counts.free()).sum();
+        // A gang must fit one cluster (each flavor in one of its pools): the cluster's free
+        // GPUs bound what one workload can take there.
+        for free in self.fleet().free_per_member() {
             largest_free = largest_free.max(free);
             total_free += free;
         }
@@ -157,141 +290,89 @@ impl Engine {
         // nothing may preempt). Skipping leaves new arrivals `Queued` (not looked at).
         let preemption = st.input.settings.preemption;
         let smallest = self
-            .queues
+            .jobs()
+            .queues()
             .iter()
-            .filter_map(|q| q.by_size.keys().next().copied())
+            .filter_map(Queue::smallest)
             .min();
         if !preemption && smallest.is_none_or(|s| s > largest_free) {
-            self.sched = Some(st);
+            self.put_sched(st);
             return (0, false);
         }
 
         // Reservations whose holder still waits.
-        st.reservations.retain(|r| {
-            self.uid_ids
-                .get(&r.uid)
-                .is_some_and(|&j| self.js[j as usize].phase == Phase::Pending)
-        });
+        let jobs = self.jobs();
+        st.reservations
+            .retain(|r| jobs.id(&r.uid).is_some_and(|j| jobs.is_pending(j)));
 
-        // The window.
-        let head = self.settings.head_window;
-        let lookahead = self.settings.lookahead;
-        let mut chosen: Vec<u32> = Vec::new();
-        let mut truncated = false;
-        for (q, qs) in self.queues.iter().enumerate() {
-            if qs.pending.is_empty() {
-                continue;
-            }
-            let mut last_head: Option<Key> = None;
-            for (k, &j) in qs.pending.iter().take(head) {
-                chosen.push(j);
-                last_head = Some(*k);
-            }
-            let room: u64 = (0..nf)
-                .map(|f| {
-                    self.quota
-                        .reachable(q, f)
-                        .saturating_sub(self.quota.used(q, f))
-                })
-                .sum();
-            let mut budget = total_free.min(room);
-            if budget == 0 && !preemption {
-                continue;
-            }
-            let bound = budget.min(largest_free);
-            // Merge the size buckets that could fit, in queue order.
-            let mut iters: Vec<(
-                u64,
-                std::iter::Peekable<std::collections::btree_set::Iter<'_, Key>>,
-            )> = qs
-                .by_size
-                .range(..=bound)
-                .map(|(g, set)| (*g, set.iter().peekable()))
-                .collect();
-            let mut taken = 0usize;
-            loop {
-                let mut best: Option<(usize, Key)> = None;
-                for (i, (_, it)) in iters.iter_mut().enumerate() {
-                    if let Some(&&k) = it.peek()
-                        && best.is_none_or(|(_, b)| k < b)
-                    {
-                        best = Some((i, k));
-                    }
-                }
-                let Some((i, key)) = best else {
-                    break;
-                };
-                iters[i].1.next();
-                if last_head.is_some_and(|h| key <= h) {
-                    continue;
-                }
-                let gpus = iters[i].0;
-                if taken >= lookahead || gpus > budget {
-                    truncated = true;
-                    break;
-                }
-                taken += 1;
-                budget -= gpus;
-                if let Some(&j) = qs.pending.get(&key) {
-                    chosen.push(j);
-                }
-            }
-        }
+        let bounds = WindowBounds {
+            head: st.head_window,
+            lookahead: st.lookahead,
+            total_free,
+            largest_free,
+            preemption,
+        };
+        let (mut chosen, truncated) =
+            window(jobs.queues(), self.quota(), self.flavor_count(), &bounds);
         let mut seen: FxHashSet<u32> = chosen.iter().copied().collect();
         for r in &st.reservations {
-            if let Some(&j) = self.uid_ids.get(&r.uid)
+            if let Some(j) = jobs.id(&r.uid)
                 && seen.insert(j)
             {
                 chosen.push(j);
             }
         }
         if chosen.is_empty() {
-            self.sched = Some(st);
+            self.put_sched(st);
             return (0, false);
         }
 
         // The input: pending moved in, running view, digests, budget.
         st.input.pending.clear();
         for &j in &chosen {
-            let s = &mut self.js[j as usize];
-            if let Some(w) = s.workload.take() {
+            if let Some(w) = self.take_workload(j) {
                 st.input.pending.push(PendingWorkload {
                     workload: *w,
-                    submitted_at: to_utc(self.jobs[j as usize].submit),
-                    seq: s.seq,
+                    submitted_at: to_utc(self.jobs().job(j).submit),
+                    seq: self.jobs().seq(j),
                 });
             }
         }
         if !st.exact {
-            self.fill_aggregates(&mut st);
+            st.fill_aggregates(self);
         }
-        st.input.clusters = std::mem::take(&mut self.views);
+        st.input.clusters = self.take_views();
         st.input.now = to_utc(now);
         st.cycle += 1;
-        st.input.seed = mix(self.seed ^ st.input.settings.tie_break_seed, st.cycle);
+        st.input.seed = mix(st.seed ^ st.input.settings.tie_break_seed, st.cycle);
         st.input.reservations = st.reservations.clone();
         st.input.preemption_budget = st.budget(now);
 
         let t0 = RealClock.instant();
         let out = schedule(&st.input);
-        self.acc.sched_wall += t0.elapsed();
-        self.acc.cycles += 1;
+        st.stats.wall += t0.elapsed();
+        st.stats.cycles += 1;
 
-        self.views = std::mem::take(&mut st.input.clusters);
+        self.put_views(std::mem::take(&mut st.input.clusters));
         for p in std::mem::take(&mut st.input.pending) {
             let uid = p.workload.metadata.uid.as_deref().unwrap_or_default();
-            if let Some(&j) = self.uid_ids.get(uid) {
-                self.js[j as usize].workload = Some(Box::new(p.workload));
+            if let Some(j) = self.jobs().id(uid) {
+                self.put_workload(j, Box::new(p.workload));
             }
         }
         let old_reservations = std::mem::take(&mut st.reservations);
-        self.sched = Some(st);
+        self.put_sched(st);
+        let assigned = self.apply_decisions(out.decisions, &old_reservations);
+        (assigned, truncated)
+    }
 
-        // Apply the decisions.
+    /// Carries out a cycle's decisions; returns how many workloads were assigned.
+    fn apply_decisions(&mut self, decisions: Vec<Decision>, old: &[Reservation]) -> usize {
+        let now = self.now();
         let mut assigned = 0;
         let mut touched: BTreeSet<usize> = BTreeSet::new();
         let mut reservations = Vec::new();
-        for d in out.decisions {
+        for d in decisions {
             match d {
                 Decision::Assign {
                     uid,
@@ -299,10 +380,9 @@ impl Engine {
                     pool,
                     placements,
                 } => {
-                    let (Some(&j), Some(&c)) = (
-                        self.uid_ids.get(uid.as_str()),
-                        self.member_ids.get(cluster.as_str()),
-                    ) else {
+                    let (Some(j), Some(c)) =
+                        (self.jobs().id(uid.as_str()), self.fleet().member_id(cluster.as_str()))
+                    else {
                         continue;
                     };
                     if self.assign(j, c, pool, placements.len() <= 1) {
@@ -316,12 +396,14 @@ impl Engine {
                     grace_seconds,
                     ..
                 } => {
-                    self.acc.preemption_decisions += 1;
-                    if let Some(&j) = self.uid_ids.get(preemptor.as_str()) {
+                    if let Some(st) = self.sched_mut() {
+                        st.stats.preemption_decisions += 1;
+                    }
+                    if let Some(j) = self.jobs().id(preemptor.as_str()) {
                         self.set_reason(j, metrics::WAITING_FOR_PREEMPTION);
                     }
                     for v in victims {
-                        self.preempt(v.as_str(), preemptor.as_str(), grace_seconds);
+                        self.preempt_victim(v.as_str(), preemptor.as_str(), grace_seconds);
                     }
                 }
                 Decision::Reserve {
@@ -331,14 +413,16 @@ impl Engine {
                     reason,
                     ..
                 } => {
-                    let Some(&j) = self.uid_ids.get(uid.as_str()) else {
+                    let Some(j) = self.jobs().id(uid.as_str()) else {
                         continue;
                     };
                     self.set_reason(j, metrics::reason_index(&reason));
-                    let created_at = match old_reservations.iter().find(|r| uid == r.uid.as_str()) {
+                    let created_at = match old.iter().find(|r| uid == r.uid.as_str()) {
                         Some(r) => r.created_at,
                         None => {
-                            self.acc.reservations += 1;
+                            if let Some(st) = self.sched_mut() {
+                                st.stats.reservations += 1;
+                            }
                             to_utc(now)
                         }
                     };
@@ -350,14 +434,14 @@ impl Engine {
                     });
                 }
                 Decision::Pending { uid, reason, .. } => {
-                    if let Some(&j) = self.uid_ids.get(uid.as_str()) {
+                    if let Some(j) = self.jobs().id(uid.as_str()) {
                         self.set_reason(j, metrics::reason_index(&reason));
                     }
                 }
             }
         }
         let mut refill = None;
-        if let Some(st) = &mut self.sched {
+        if let Some(st) = self.sched_mut() {
             st.reservations = reservations;
             let budget = st.budget(now);
             if budget.remaining() == 0 {
@@ -371,162 +455,133 @@ impl Engine {
         if let Some(at) = refill {
             self.wake_at(at.timestamp());
         }
-        (assigned, truncated)
+        assigned
     }
 
     /// Free GPUs in the fleet, from fresh digests.
     fn free_gpus(&mut self) -> u64 {
-        for c in 0..self.members.len() {
-            self.refresh(c);
-        }
-        self.views
-            .iter()
-            .flat_map(|v| &v.digest.pools)
-            .map(|p| p.counts.free())
-            .sum()
+        self.refresh_all();
+        self.fleet().free_per_member().sum()
     }
 
     /// Asks the member to stop victim `uid` within `grace` seconds, for `preemptor`.
-    fn preempt(&mut self, uid: &str, preemptor: &str, grace: u64) {
-        let Some(&v) = self.uid_ids.get(uid) else {
+    fn preempt_victim(&mut self, uid: &str, preemptor: &str, grace: u64) {
+        let Some(v) = self.jobs().id(uid) else {
             return;
         };
-        let s = &self.js[v as usize];
-        if !matches!(s.phase, Phase::Assigned | Phase::Running) {
+        if !self.jobs().is_active(v) {
             return;
         }
-        let (Some(c), Some(pos)) = (s.cluster, s.active_pos) else {
+        let (Some(_), Some(pos)) = (self.jobs().cluster(v), self.jobs().active_pos(v)) else {
             return;
         };
-        let c = c as usize;
-        if let Some(st) = &mut self.sched {
-            st.evictions.push_back(self.now);
+        let now = self.now();
+        if let Some(st) = self.sched_mut() {
+            st.evictions.push_back(now);
             if let Some(r) = st.input.running.get_mut(pos as usize).filter(|_| st.exact) {
                 r.preempting_for = Some(preemptor.to_owned());
             }
         }
-        let changes =
-            self.members[c]
-                .sim
-                .preempt(uid, Duration::from_secs(grace), to_utc(self.now));
-        self.tick_at(self.now.saturating_add(grace as Secs), c);
-        self.apply(c as u32, changes);
+        self.preempt(v, grace);
     }
+}
 
+impl SchedState {
     /// A job was dispatched: it joins the running view (unplaced).
-    pub(super) fn sched_assigned(&mut self, j: u32) {
-        let Some(st) = &mut self.sched else { return };
-        let s = &self.js[j as usize];
-        if st.exact {
-            let (Some(w), Some(c)) = (s.workload.as_deref(), s.cluster) else {
+    pub(crate) fn assigned(&mut self, j: u32, jobs: &Jobs, fleet: &Fleet, now: Secs) {
+        if self.exact {
+            let (Some(w), Some(c)) = (jobs.workload(j), jobs.cluster(j)) else {
                 return;
             };
-            // Its position is the one it took in `Engine::active` (the last).
-            st.input.running.push(RunningWorkload {
+            // Its position is the one it took among the active jobs (the last).
+            self.input.running.push(RunningWorkload {
                 workload: w.clone(),
-                cluster: self.members[c as usize].name.clone(),
-                pool: s.pool.clone().unwrap_or_default(),
+                cluster: fleet.name(c as usize).to_owned(),
+                pool: jobs.pool(j).unwrap_or_default().to_owned(),
                 placements: Vec::new(),
                 started_at: None,
-                admitted_at: to_utc(self.now),
+                admitted_at: to_utc(now),
                 last_checkpoint_at: None,
                 preemptible_after: None,
                 accounted_in_digest: false,
                 preempting_for: None,
             });
         } else {
-            self.regroup(j, false);
+            self.regroup(j, false, jobs, fleet);
         }
     }
 
     /// A job started on its member: it is now in the member's digest.
-    pub(super) fn sched_started(&mut self, j: u32, at: Secs) {
-        let Some(st) = &mut self.sched else { return };
-        let pos = self.js[j as usize].active_pos;
-        if st.exact {
-            if let Some(r) = pos.and_then(|p| st.input.running.get_mut(p as usize)) {
+    pub(crate) fn started(&mut self, j: u32, at: Secs, jobs: &Jobs, fleet: &Fleet) {
+        if self.exact {
+            let pos = jobs.active_pos(j);
+            if let Some(r) = pos.and_then(|p| self.input.running.get_mut(p as usize)) {
                 r.started_at = Some(to_utc(at));
                 r.accounted_in_digest = true;
             }
         } else {
-            self.regroup(j, true);
+            self.regroup(j, true, jobs, fleet);
         }
     }
 
-    /// A job left position `pos` of `Engine::active` (swap-removed there).
-    pub(super) fn sched_stopped(&mut self, j: u32, pos: usize) {
-        let Some(st) = &mut self.sched else { return };
-        if st.exact {
-            if pos < st.input.running.len() {
-                st.input.running.swap_remove(pos);
+    /// A job left position `pos` of the active jobs (swap-removed there).
+    pub(crate) fn stopped(&mut self, j: u32, pos: usize) {
+        if self.exact {
+            if pos < self.input.running.len() {
+                self.input.running.swap_remove(pos);
             }
-        } else {
-            self.js[j as usize].aggs.clear();
+        } else if let Some(aggs) = self.aggs.get_mut(j as usize) {
+            aggs.clear();
         }
     }
 
     /// The aggregate groups of an active job.
-    fn regroup(&mut self, j: u32, placed: bool) {
-        let s = &self.js[j as usize];
-        let Some(c) = s.cluster else { return };
+    fn regroup(&mut self, j: u32, placed: bool, jobs: &Jobs, fleet: &Fleet) {
+        let Some(c) = jobs.cluster(j) else { return };
+        let queue = jobs.queue(j) as u32;
         let mut aggs = Vec::new();
-        for (flavor, _, pods) in s.gangs.iter().flat_map(Gangs::iter) {
-            let pool = self.pool_of(c as usize, flavor, s.pool.as_deref());
+        for (flavor, _, pods) in jobs.gangs(j).into_iter().flat_map(Gangs::iter) {
+            let pool = fleet.pool_of(c as usize, flavor, jobs.pool(j));
             for p in pods {
                 let key = GroupKey {
-                    queue: s.queue,
+                    queue,
                     cluster: c,
                     pool,
                     gpus_per_pod: p.gpus_per_pod,
                     placed,
                 };
-                if let Some(st) = &mut self.sched {
-                    aggs.push((st.aggregates.group(key), p.count));
-                }
+                aggs.push((self.aggregates.group(key), p.count));
             }
         }
-        self.js[j as usize].aggs = aggs;
+        if let Some(slot) = self.aggs.get_mut(j as usize) {
+            *slot = aggs;
+        }
     }
 
     /// Fills the input's running list with aggregates; see the `aggregate` module.
-    fn fill_aggregates(&self, st: &mut SchedState) {
-        let now = self.now;
-        let jobs = self.active.iter().map(|&j| {
-            let s = &self.js[j as usize];
-            let start = if s.phase == Phase::Running {
-                s.run_start
-            } else {
-                now
-            };
+    fn fill_aggregates(&mut self, engine: &Engine) {
+        let now = engine.now();
+        let jobs = engine.jobs();
+        let fleet = engine.fleet();
+        let aggs = &self.aggs;
+        let active = jobs.active().iter().map(|&j| {
+            let start = jobs.running_since(j).unwrap_or(now);
             (
-                s.aggs.as_slice(),
+                aggs.get(j as usize).map_or(&[][..], Vec::as_slice),
                 start,
-                start.saturating_add(s.estimate).max(now),
+                start.saturating_add(jobs.estimate(j)).max(now),
             )
         });
         let names = |k: &GroupKey| {
-            let pool = self.pools.get(k.pool as usize);
+            let pool = fleet.pool(k.pool as usize);
             Names {
-                queue: self.queues[k.queue as usize].name.clone(),
-                cluster: self.members[k.cluster as usize].name.clone(),
-                pool: pool.map(|p| p.name.clone()).unwrap_or_default(),
-                flavor: pool.map(|p| p.flavor.clone()).unwrap_or_default(),
+                queue: jobs.queues()[k.queue as usize].name().to_owned(),
+                cluster: fleet.name(k.cluster as usize).to_owned(),
+                pool: pool.as_ref().map(|p| p.name.to_owned()).unwrap_or_default(),
+                flavor: pool.map(|p| p.flavor.to_owned()).unwrap_or_default(),
             }
         };
-        st.aggregates.fill(&mut st.input.running, jobs, now, names);
-    }
-
-    /// The global pool of `flavor` on member `c`: the named one if it has the flavor, else
-    /// the first of the flavor.
-    fn pool_of(&self, c: usize, flavor: &str, name: Option<&str>) -> u32 {
-        let pools = &self.members[c].digest_pools;
-        let of_flavor = |&&p: &&u32| self.pools[p as usize].flavor == flavor;
-        pools
-            .iter()
-            .filter(of_flavor)
-            .find(|&&p| name.is_some_and(|n| self.pools[p as usize].name == n))
-            .or_else(|| pools.iter().find(of_flavor))
-            .copied()
-            .unwrap_or(u32::MAX)
+        self.aggregates
+            .fill(&mut self.input.running, active, now, names);
     }
 }
