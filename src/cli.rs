@@ -74,6 +74,14 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Cancel a pending or running workload by name or UID; its member stops it.
+    Cancel {
+        id: String,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// List workloads.
     List {
         #[arg(long)]
@@ -201,6 +209,10 @@ pub struct ServerArgs {
     /// Missed heartbeats (multiples of the interval) before a member is NotReady.
     #[arg(long, default_value_t = 3)]
     pub member_missed_heartbeats: u32,
+    /// Keep finished, failed and cancelled workloads readable this many seconds, then
+    /// compact them out of the live state (their names become free again).
+    #[arg(long, default_value_t = 3600)]
+    pub retain_terminal: u64,
 }
 
 /// The simulated member clusters of `tideway dev`: name, region, layout.
@@ -287,6 +299,15 @@ impl Cli {
             } => {
                 let w = Client::new(&target.addr)?.get(&id, stale).await?;
                 output::print_one(&w, output)
+            }
+            Cmd::Cancel { id, output, target } => {
+                let w = Client::new(&target.addr)?.cancel(&id).await?;
+                if output == OutputFormat::Table {
+                    println!("workload/{} cancelled", w.metadata.name);
+                } else {
+                    output::print_one(&w, output)?;
+                }
+                Ok(())
             }
             Cmd::List {
                 queue,
@@ -379,6 +400,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     let hb = std::time::Duration::from_millis(a.member_heartbeat_ms.max(100));
     cfg.dispatch.heartbeat_interval = hb;
     cfg.dispatch.not_ready_after = hb * a.member_missed_heartbeats.max(1);
+    cfg.dispatch.retain_terminal = std::time::Duration::from_secs(a.retain_terminal);
+    cfg.dispatch.compaction_interval =
+        std::time::Duration::from_secs(a.retain_terminal.clamp(1, 10));
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;

@@ -206,6 +206,18 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Cancels a pending or running workload by name or UID; answers it as cancelled.
+    /// Cancelling a cancelled workload answers it unchanged.
+    pub async fn cancel(&self, id: &str) -> Result<Workload, ClientError> {
+        let resp = self
+            .http
+            .delete(format!("{}/v1/workloads/{id}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

@@ -157,6 +157,12 @@ impl Node {
             state.last_cycle.clone(),
             state.metrics.clone(),
         )));
+        tasks.push(tokio::spawn(crate::dispatcher::retention::compaction_loop(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+            cfg.dispatch.clone(),
+        )));
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await

@@ -13,3 +13,4 @@ mod t55_forwarding;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
+mod t90_cancel;

@@ -10,6 +10,7 @@ pub mod cycle;
 #[cfg(test)]
 mod cycle_tests;
 pub mod liveness;
+pub mod retention;
 
 use std::time::Duration;
 
@@ -24,6 +25,10 @@ pub struct DispatchConfig {
     pub digest_interval: Duration,
     /// How often the leader runs a scheduling cycle.
     pub cycle_interval: Duration,
+    /// Terminal workloads stay readable this long after they finish, then are compacted.
+    pub retain_terminal: Duration,
+    /// How often the leader looks for terminal workloads past their retention.
+    pub compaction_interval: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -34,6 +39,8 @@ impl Default for DispatchConfig {
             not_ready_after: heartbeat_interval * 3,
             digest_interval: Duration::from_secs(5),
             cycle_interval: Duration::from_millis(500),
+            retain_terminal: Duration::from_secs(3600),
+            compaction_interval: Duration::from_secs(10),
         }
     }
 }

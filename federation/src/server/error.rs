@@ -49,6 +49,11 @@ impl From<Rejection> for ApiError {
             Rejection::Conflict { name } => ApiError::Conflict(format!(
                 "'{name}' exists, submitted with another idempotency key"
             )),
+            Rejection::NotFound { what } => ApiError::NotFound(format!("{what} not found")),
+            Rejection::Terminal { name, phase } => ApiError::Conflict(format!(
+                "workload '{name}' already {}; it can no longer be cancelled",
+                phase.as_str()
+            )),
         }
     }
 }

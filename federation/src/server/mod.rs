@@ -100,7 +100,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/workloads",
             post(workloads::submit).get(workloads::list),
         )
-        .route("/v1/workloads/{id}", get(workloads::get_one))
+        .route(
+            "/v1/workloads/{id}",
+            get(workloads::get_one).delete(workloads::cancel),
+        )
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
         .route("/v1/queues", get(workloads::list_queues))

@@ -1,4 +1,4 @@
-//! `/v1/workloads`: submit, get, list. Plus read-only listings of queues and priority classes.
+//! `/v1/workloads`: submit, get, list, cancel. Plus read-only listings of queues and priority classes.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -164,6 +164,27 @@ pub async fn get_one(
     match w {
         Some(w) => Ok(Json(w).into_response()),
         None => Err(ApiError::NotFound(format!("workload '{id}' not found"))),
+    }
+}
+
+/// `DELETE /v1/workloads/{id}`: cancel. The leader's answer is the workload as cancelled; a
+/// workload that already finished is a 409, an unknown one a 404.
+pub async fn cancel(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let res = st
+        .proposer
+        .propose(Command::CancelWorkload { id, at: Utc::now() })
+        .await?;
+    match res {
+        CommandResult::Created {
+            object: StoredObject::Workload(w),
+        }
+        | CommandResult::Existing {
+            object: StoredObject::Workload(w),
+        } => Ok(Json(w).into_response()),
+        other => Err(ApiError::unexpected(other)),
     }
 }
 

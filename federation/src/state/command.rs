@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload};
+use tideway_api::{
+    FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload, WorkloadPhase,
+};
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync. On disk and on the wire it travels in a
@@ -104,6 +106,15 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// Cancel a pending or running workload, by name or UID.
+    CancelWorkload { id: String, at: DateTime<Utc> },
+    /// Remove these terminal workloads, if they finished before `before` (chosen by the
+    /// leader from its retention setting; apply checks each again).
+    CompactWorkloads {
+        names: Vec<String>,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -132,6 +143,10 @@ pub enum Rejection {
     Invalid { errors: Vec<FieldError> },
     /// The name is taken by another object created with another idempotency key.
     Conflict { name: String },
+    /// The command names an object that does not exist.
+    NotFound { what: String },
+    /// The workload already finished; it cannot be changed any more.
+    Terminal { name: String, phase: WorkloadPhase },
 }
 
 /// An object as the state machine stored it.

@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub mod command;
+pub mod lifecycle;
 pub mod members;
 pub mod scheduling;
 
@@ -23,6 +24,10 @@ pub const IDEMPOTENCY_RETENTION_SECS: i64 = 24 * 3600;
 pub struct IdempotencyRecord {
     pub workload: String,
     pub at: DateTime<Utc>,
+    /// The UID of the workload the key created: once that workload is compacted and its name
+    /// reused, the key must not answer with the newcomer.
+    #[serde(default)]
+    pub uid: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -106,7 +111,9 @@ impl FederationState {
     pub fn by_idempotency_key(&self, key: &str) -> Option<&Workload> {
         self.idempotency
             .get(key)
-            .and_then(|r| self.workloads.get(&r.workload))
+            .and_then(|r| self.workloads.get(&r.workload).map(|w| (r, w)))
+            .filter(|(r, w)| r.uid.is_none() || r.uid == w.metadata.uid)
+            .map(|(_, w)| w)
     }
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
@@ -178,6 +185,14 @@ impl FederationState {
                     object: StoredObject::PriorityClass(priority_class),
                 }
             }
+            Command::CancelWorkload { id, at } => {
+                self.tick(at);
+                self.cancel(&id, at, index)
+            }
+            Command::CompactWorkloads { names, before, at } => {
+                self.tick(at);
+                self.compact(&names, before)
+            }
         }
     }
 
@@ -242,6 +257,7 @@ impl FederationState {
             IdempotencyRecord {
                 workload: w.metadata.name.clone(),
                 at,
+                uid: w.metadata.uid.clone(),
             },
         );
         self.workloads.insert(w.metadata.name.clone(), w.clone());
