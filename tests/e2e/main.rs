@@ -14,3 +14,4 @@ mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
 mod t90_cancel;
+mod t92_idempotency_errors;

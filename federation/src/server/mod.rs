@@ -130,5 +130,8 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());
+    // After the merge, so that every route, the Raft transport's too, answers an unrouted
+    // method with problem+json (axum still adds the `Allow` header).
     api.merge(crate::raft::transport::router(state.raft.clone()))
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }

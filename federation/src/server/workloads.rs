@@ -74,8 +74,10 @@ pub async fn submit(
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
-        if let Some(existing) = d.state.by_idempotency_key(&key) {
-            return Ok(Some(existing.clone()));
+        match d.state.replay(&key, &w) {
+            Some(Ok(existing)) => return Ok(Some(existing.clone())),
+            Some(Err(rejection)) => return Err(ApiError::from(rejection)),
+            None => {}
         }
         let errs = d.state.check_references(&w);
         if errs.is_empty() {

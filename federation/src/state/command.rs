@@ -145,6 +145,8 @@ pub enum Rejection {
     Conflict { name: String },
     /// The command names an object that does not exist.
     NotFound { what: String },
+    /// The idempotency key created `workload` from other content.
+    IdempotencyKeyReused { key: String, workload: String },
     /// The workload already finished; it cannot be changed any more.
     Terminal { name: String, phase: WorkloadPhase },
 }

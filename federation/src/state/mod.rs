@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub mod command;
+pub mod idempotency;
 pub mod lifecycle;
 pub mod members;
 pub mod scheduling;
@@ -28,6 +29,10 @@ pub struct IdempotencyRecord {
     /// reused, the key must not answer with the newcomer.
     #[serde(default)]
     pub uid: Option<String>,
+    /// [`idempotency::submission_digest`] of what the key submitted: the same key with other
+    /// content is refused, never answered with the first workload.
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -114,6 +119,23 @@ impl FederationState {
             .and_then(|r| self.workloads.get(&r.workload).map(|w| (r, w)))
             .filter(|(r, w)| r.uid.is_none() || r.uid == w.metadata.uid)
             .map(|(_, w)| w)
+    }
+
+    /// What a submission of `w` under `key` answers without creating anything: the workload
+    /// the key created before (a replay), or a refusal if the key was used for other content.
+    /// `None`: the key is new (or forgotten), go on and create.
+    pub fn replay(&self, key: &str, w: &Workload) -> Option<Result<&Workload, Rejection>> {
+        let rec = self.idempotency.get(key)?;
+        let existing = self.by_idempotency_key(key)?;
+        match &rec.digest {
+            Some(d) if *d != idempotency::submission_digest(w) => {
+                Some(Err(Rejection::IdempotencyKeyReused {
+                    key: key.to_string(),
+                    workload: existing.metadata.name.clone(),
+                }))
+            }
+            _ => Some(Ok(existing)),
+        }
     }
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
@@ -223,10 +245,14 @@ impl FederationState {
         at: DateTime<Utc>,
     ) -> CommandResult {
         self.tick(at);
-        if let Some(existing) = self.by_idempotency_key(&key) {
-            return CommandResult::Existing {
-                object: StoredObject::Workload(Box::new(existing.clone())),
-            };
+        match self.replay(&key, &w) {
+            Some(Ok(existing)) => {
+                return CommandResult::Existing {
+                    object: StoredObject::Workload(Box::new(existing.clone())),
+                };
+            }
+            Some(Err(rejection)) => return CommandResult::Rejected { rejection },
+            None => {}
         }
         if self.workloads.contains_key(&w.metadata.name) {
             return CommandResult::Rejected {
@@ -258,6 +284,7 @@ impl FederationState {
                 workload: w.metadata.name.clone(),
                 at,
                 uid: w.metadata.uid.clone(),
+                digest: Some(idempotency::submission_digest(&w)),
             },
         );
         self.workloads.insert(w.metadata.name.clone(), w.clone());
