@@ -117,7 +117,7 @@ impl FederationState {
             let Some(w) = self.workloads.get(name) else {
                 continue;
             };
-            if !finished_at(w).is_some_and(|f| f < before) {
+            if finished_at(w).is_none_or(|f| f >= before) {
                 continue;
             }
             let Some(w) = self.workloads.remove(name) else {
