@@ -53,6 +53,12 @@ pub struct AgentArgs {
     /// Run simulated time this many times faster than the wall clock.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// A file holding the bearer token for a federation that requires one.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The token itself, for an agent started in-process (`tideway dev`).
+    #[arg(skip)]
+    pub token: Option<String>,
 }
 
 /// A small built-in layout for a `sim` agent started without `--config`.
@@ -114,6 +120,7 @@ pub fn agent_config(
     let mut cfg = AgentConfig::new(cluster, region, federation);
     cfg.zone = a.zone.clone();
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_ms.max(100));
+    cfg.token = a.token.clone();
     cfg
 }
 
@@ -157,7 +164,12 @@ fn federation_of(a: &AgentArgs, file: Option<&str>) -> anyhow::Result<Vec<String
     }
 }
 
-pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    if let Some(path) = &a.token_file {
+        let t = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?;
+        a.token = Some(t.trim().to_string());
+    }
     match a.backend {
         BackendKind::Sim => {
             let (backend, cluster, region) = sim_backend(&a, None)?;

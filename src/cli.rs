@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tideway_api::WorkloadPhase;
+use tideway_api::auth::{TokenEntry, TokenFile};
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
+use tideway_federation::server::auth::{Authenticator, generate_token, hash_token};
 use tideway_federation::{Node, NodeConfig};
 
 use crate::bench;
@@ -29,8 +31,35 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct Target {
     /// Address of any federation node.
-    #[arg(long, env = "TIDEWAY_ADDR", default_value = DEFAULT_ADDR, global = true)]
-    pub addr: String,
+    /// Address of any federation node (default: the current context of the CLI
+    /// configuration, then 127.0.0.1:7400).
+    #[arg(long, env = "TIDEWAY_ADDR", global = true)]
+    pub addr: Option<String>,
+    /// Bearer token for a federation that requires one (default: the current context's).
+    #[arg(long, env = "TIDEWAY_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+}
+
+impl Target {
+    /// The address and token to use, after the CLI configuration.
+    fn resolve(&self) -> anyhow::Result<(String, Option<String>)> {
+        let cfg = match crate::config::path() {
+            Some(p) => crate::config::CliConfig::load(&p)?,
+            None => Default::default(),
+        };
+        Ok(crate::config::resolve(
+            self.addr.as_deref(),
+            self.token.as_deref(),
+            &cfg,
+            DEFAULT_ADDR,
+        ))
+    }
+
+    /// A client of the node at `--addr` that sends the token, if any.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let (addr, token) = self.resolve()?;
+        Ok(Client::with_token(&addr, token.as_deref())?)
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -213,6 +242,26 @@ pub struct ServerArgs {
     /// compact them out of the live state (their names become free again).
     #[arg(long, default_value_t = 3600)]
     pub retain_terminal: u64,
+    /// Require a bearer token from this file (YAML: `tokens: [{subject, groups, sha256}]`,
+    /// SHA-256 digests only) on every API request.
+    #[arg(long)]
+    pub auth_tokens: Option<PathBuf>,
+    /// Serve without authentication on a non-loopback address.
+    #[arg(long)]
+    pub insecure_allow_anonymous: bool,
+    /// A file holding the bearer token this node sends when it joins through --join.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Whether `listen` binds only the loopback interface.
+fn is_loopback(listen: &str) -> bool {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => listen
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host == "localhost"),
+    }
 }
 
 /// The simulated member clusters of `tideway dev`: name, region, layout.
@@ -275,7 +324,7 @@ impl Cli {
                 target,
             } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let client = Client::new(&target.addr)?;
+                let client = target.client()?;
                 let (w, created) = client
                     .submit_raw(body, yaml, idempotency_key.as_deref())
                     .await?;
@@ -297,11 +346,11 @@ impl Cli {
                 stale,
                 target,
             } => {
-                let w = Client::new(&target.addr)?.get(&id, stale).await?;
+                let w = target.client()?.get(&id, stale).await?;
                 output::print_one(&w, output)
             }
             Cmd::Cancel { id, output, target } => {
-                let w = Client::new(&target.addr)?.cancel(&id).await?;
+                let w = target.client()?.cancel(&id).await?;
                 if output == OutputFormat::Table {
                     println!("workload/{} cancelled", w.metadata.name);
                 } else {
@@ -318,7 +367,7 @@ impl Cli {
                 output,
                 target,
             } => {
-                let client = Client::new(&target.addr)?;
+                let client = target.client()?;
                 let mut q = ListQuery {
                     queue,
                     phase,
@@ -338,12 +387,12 @@ impl Cli {
                 output::print_workloads(&items, output)
             }
             Cmd::Explain { id, output, target } => {
-                let v = Client::new(&target.addr)?.explain(&id).await?;
+                let v = target.client()?.explain(&id).await?;
                 output::print_explain(&v, output)
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let applied = Client::new(&target.addr)?.apply_raw(body, yaml).await?;
+                let applied = target.client()?.apply_raw(body, yaml).await?;
                 println!(
                     "{}/{} configured",
                     applied.kind().to_lowercase(),
@@ -352,7 +401,7 @@ impl Cli {
                 Ok(())
             }
             Cmd::Queues { output, target } => {
-                let v = Client::new(&target.addr)?.queues().await?;
+                let v = target.client()?.queues().await?;
                 output::print_queues(&v, output)
             }
             Cmd::Capacity {
@@ -360,11 +409,11 @@ impl Cli {
                 stale,
                 target,
             } => {
-                let v = Client::new(&target.addr)?.capacity(stale).await?;
+                let v = target.client()?.capacity(stale).await?;
                 output::print_capacity(&v, output)
             }
             Cmd::Members { output, target } => {
-                let v = Client::new(&target.addr)?.members().await?;
+                let v = target.client()?.members().await?;
                 output::print_members(&v, output)
             }
             Cmd::Cluster { cmd } => cluster(cmd).await,
@@ -390,7 +439,22 @@ fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
 }
 
 async fn server(a: ServerArgs) -> anyhow::Result<()> {
+    let auth = match &a.auth_tokens {
+        Some(path) => Some(std::sync::Arc::new(Authenticator::from_file(path)?)),
+        None if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
+        None => anyhow::bail!(
+            "refusing to serve {} without authentication: pass --auth-tokens FILE, or \
+             --insecure-allow-anonymous to accept anyone who can reach it",
+            a.listen
+        ),
+    };
     let mut cfg = NodeConfig::new(a.id, a.listen, a.data);
+    cfg.auth = auth;
+    if let Some(path) = &a.token_file {
+        let t = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?;
+        cfg.join_token = Some(t.trim().to_string());
+    }
     cfg.advertise = a.advertise;
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
@@ -423,7 +487,30 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    // One command, yet not open to anyone on the machine: a fresh admin token every start,
+    // its digest in the data directory, the token itself in the CLI configuration.
+    let token = generate_token().map_err(|_| anyhow::anyhow!("no randomness for a token"))?;
+    let tokens = TokenFile {
+        tokens: vec![TokenEntry {
+            subject: "admin".into(),
+            groups: vec!["system:admins".into()],
+            sha256: hash_token(&token),
+        }],
+    };
+    let mut cfg = NodeConfig::new(1, a.listen, dir.clone());
+    cfg.auth = Some(std::sync::Arc::new(Authenticator::new(tokens)));
+    let node = Node::start(cfg).await?;
+    if let Some(p) = crate::config::path() {
+        let mut c = crate::config::CliConfig::load(&p).unwrap_or_default();
+        c.set_current(crate::config::CliContext {
+            name: "dev".into(),
+            server: node.addr.clone(),
+            token: Some(token.clone()),
+        });
+        if let Err(e) = c.save(&p) {
+            tracing::warn!(error = %e, "could not write the CLI configuration");
+        }
+    }
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -438,6 +525,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             listen: None,
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
+            token_file: None,
+            token: Some(token.clone()),
         };
         let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
         let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
@@ -461,6 +550,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
         node.addr
     );
     println!("     tideway capacity --addr {}", node.addr);
+    println!("The CLI's configuration has the token (context 'dev'); other clients send it as");
+    println!("'Authorization: Bearer <token>':");
+    println!("admin token: {token}");
     wait_for_signal().await;
     let _ = stop_tx.send(true);
     for a in agents {
@@ -496,11 +588,11 @@ async fn wait_for_signal() {
 async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::Status { output, target } => {
-            let client = Client::new(&target.addr)?;
+            let client = target.client()?;
             let here = client.cluster_status().await?;
             let mut nodes = Vec::new();
             for (id, addr) in &here.members {
-                let asked = Client::new(addr)?
+                let asked = Client::with_token(addr, target.resolve()?.1.as_deref())?
                     .cluster_status()
                     .await
                     .map_err(|e| e.to_string());
@@ -516,12 +608,12 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             output::print_cluster(&report, output)
         }
         ClusterCmd::Remove { id, target } => {
-            Client::new(&target.addr)?.cluster_remove(id).await?;
+            target.client()?.cluster_remove(id).await?;
             println!("node {id} removed");
             Ok(())
         }
         ClusterCmd::Snapshot { target } => {
-            let ack = Client::new(&target.addr)?.cluster_snapshot().await?;
+            let ack = target.client()?.cluster_snapshot().await?;
             println!("{}", serde_json::to_string(&ack)?);
             Ok(())
         }

@@ -32,6 +32,20 @@ pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     }
 }
 
+/// As [`cluster`], for servers that require a bearer token; the harness sends `token`.
+pub async fn cluster_with_token(n: u64, extra: &[&str], token: &str) -> TestCluster {
+    let guard = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ProcCluster::start_with_token(BIN, dir.path(), n, extra, Some(token.to_string()))
+        .await
+        .expect("start cluster");
+    TestCluster {
+        c,
+        _dir: dir,
+        _guard: guard,
+    }
+}
+
 pub fn workload_json(name: &str) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"training","priorityClass":"normal","podSets":[{{"name":"worker","count":2,"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":2}},"topology":{{"required":"rack"}},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#

@@ -15,3 +15,4 @@ mod t70_agents;
 mod t80_scheduling;
 mod t90_cancel;
 mod t92_idempotency_errors;
+mod t95_auth;

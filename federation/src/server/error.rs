@@ -27,6 +27,8 @@ pub enum ApiError {
     Forbidden(String),
     #[error("this route does not answer that method")]
     MethodNotAllowed,
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The Idempotency-Key was used before for a different submission.
     #[error(
         "Idempotency-Key '{key}' was used for workload '{workload}' with other content; use a new key"
@@ -103,6 +105,7 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -130,6 +133,14 @@ impl ApiError {
             ),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden", vec![]),
             ApiError::MethodNotAllowed => ("method-not-allowed", "Method not allowed", vec![]),
+            ApiError::Unauthenticated(_) => (
+                "unauthenticated",
+                "No valid credentials",
+                vec![FieldError::new(
+                    "header:Authorization",
+                    "a valid bearer token is required",
+                )],
+            ),
             ApiError::KeyReused { workload, .. } => (
                 "idempotency-key-reused",
                 "The idempotency key was used for another submission",

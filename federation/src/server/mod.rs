@@ -2,6 +2,7 @@
 //! forwarding endpoints between nodes (`/internal`), metrics and health.
 
 pub mod apply;
+pub mod auth;
 pub mod cluster;
 pub mod error;
 pub mod explain;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub dispatch: DispatchConfig,
     /// The leader's last scheduling cycle, for `explain`.
     pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
+    /// Bearer-token authentication; `None` serves anonymously.
+    pub auth: Option<Arc<auth::Authenticator>>,
 }
 
 impl AppState {
@@ -134,4 +137,8 @@ pub fn router(state: AppState) -> Router {
     // method with problem+json (axum still adds the `Allow` header).
     api.merge(crate::raft::transport::router(state.raft.clone()))
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            auth::authenticate,
+        ))
 }
