@@ -12,6 +12,21 @@ use crate::common::*;
 
 const ADMIN: &str = "tw_admin_e2e_token";
 const AGENT: &str = "tw_agent_e2e_token";
+const ALICE: &str = "tw_alice_e2e_token";
+const CAROL: &str = "tw_carol_e2e_token";
+
+fn testdata(name: &str) -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/api/testdata/").to_string() + name
+}
+
+/// A training or inference workload for `queue` with `priority_class`, claiming to be
+/// mallory's.
+fn claimed(name: &str, queue: &str, class: &str, priority_class: &str) -> Vec<u8> {
+    format!(
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"{queue}","class":"{class}","priorityClass":"{priority_class}","user":"mallory","podSets":[{{"name":"w","count":1,"gpusPerPod":8,"flavor":"H100"}}]}}}}"#
+    )
+    .into_bytes()
+}
 
 fn sha256(s: &str) -> String {
     tideway_federation::server::auth::hash_token(s)
@@ -49,9 +64,11 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     std::fs::write(
         &tokens,
         format!(
-            "tokens:\n- {{subject: admin, groups: [system:admins], sha256: {}}}\n- {{subject: 'agent:sim-eu', sha256: {}}}\n",
+            "tokens:\n- {{subject: admin, groups: [system:admins], sha256: {}}}\n- {{subject: 'agent:sim-eu', sha256: {}}}\n- {{subject: alice, sha256: {}}}\n- {{subject: carol, sha256: {}}}\n",
             sha256(ADMIN),
-            sha256(AGENT)
+            sha256(AGENT),
+            sha256(ALICE),
+            sha256(CAROL)
         ),
     )
     .unwrap();
@@ -157,6 +174,74 @@ async fn tokens_are_required_and_refusals_write_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // The workload's user is the authenticated subject, not the body's claim; the queue's
+    // classes and the priority class's allowedUsers/allowedQueues hold at submission.
+    for doc in ["queue.yaml", "priority-class.yaml"] {
+        let (ok, out) = cli(
+            &addr,
+            Some(ADMIN),
+            &["apply", "-f", &testdata(doc)],
+            files.path(),
+        );
+        assert!(ok, "{out}");
+    }
+    let (w, _) = admin
+        .submit_raw(
+            claimed("mine", "default", "training", "normal"),
+            false,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        w.spec.user.as_deref(),
+        Some("admin"),
+        "the body's user is not trusted"
+    );
+    let alice = Client::with_token(&addr, Some(ALICE)).unwrap();
+    let carol = Client::with_token(&addr, Some(CAROL)).unwrap();
+    let before = admin.cluster_status().await.unwrap().last_applied;
+    let refused = [
+        (
+            &alice,
+            claimed("inf", "research", "inference", "normal"),
+            "spec.class",
+        ),
+        (
+            &carol,
+            claimed("vip", "research", "training", "production"),
+            "spec.priorityClass",
+        ),
+        (
+            &alice,
+            claimed("vip", "default", "training", "production"),
+            "spec.priorityClass",
+        ),
+    ];
+    for (client, body, field) in refused {
+        let e = client
+            .submit_raw(body, false, None)
+            .await
+            .expect_err("refused");
+        let text = e.to_string();
+        assert!(text.contains("400") && text.contains(field), "{text}");
+    }
+    assert_eq!(
+        admin.cluster_status().await.unwrap().last_applied,
+        before,
+        "a refusal wrote"
+    );
+    let (w, created) = alice
+        .submit_raw(
+            claimed("vip", "research", "training", "production"),
+            false,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(w.spec.user.as_deref(), Some("alice"));
 
     // No authentication beyond loopback unless explicitly allowed.
     let data = files.path().join("open");

@@ -1,13 +1,14 @@
 //! `/v1/workloads`: submit, get, list, cancel. Plus read-only listings of queues and priority classes.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use chrono::Utc;
 use serde::Deserialize;
+use tideway_api::auth::Principal;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
@@ -63,6 +64,7 @@ pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, Api
 
 pub async fn submit(
     State(st): State<AppState>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -70,6 +72,10 @@ pub async fn submit(
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
+    // Authenticated: the workload is the caller's, whatever the body claims.
+    if let Some(Extension(p)) = principal {
+        w.spec.user = Some(p.subject);
+    }
     w.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
@@ -79,7 +85,8 @@ pub async fn submit(
             Some(Err(rejection)) => return Err(ApiError::from(rejection)),
             None => {}
         }
-        let errs = d.state.check_references(&w);
+        let mut errs = d.state.check_references(&w);
+        errs.extend(d.state.check_permissions(&w));
         if errs.is_empty() {
             Ok(None)
         } else {

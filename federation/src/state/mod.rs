@@ -105,6 +105,55 @@ impl FederationState {
         errs
     }
 
+    /// What the queue and the priority class permit, checked at submission: the queue's
+    /// workload classes, and the class's `allowedUsers` and `allowedQueues` (`spec.user` is
+    /// the authenticated subject when the API authenticates).
+    ///
+    /// Not re-checked in apply: a rule changed later must not turn an entry accepted before
+    /// into a rejection when the log is replayed.
+    pub fn check_permissions(&self, w: &Workload) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if let Some(q) = self.queues.get(&w.spec.queue)
+            && !q.spec.serves(w.spec.class)
+        {
+            let classes: Vec<&str> = q.spec.classes.iter().map(|c| c.as_str()).collect();
+            errs.push(FieldError::new(
+                "spec.class",
+                format!(
+                    "queue '{}' accepts only {} workloads, not {}",
+                    w.spec.queue,
+                    classes.join(", "),
+                    w.spec.class.as_str()
+                ),
+            ));
+        }
+        if let Some(pc) = self.priority_classes.get(&w.spec.priority_class) {
+            let user = w.spec.user.as_deref();
+            let allowed = &pc.spec.allowed_users;
+            if !allowed.is_empty() && !user.is_some_and(|u| allowed.iter().any(|a| a == u)) {
+                errs.push(FieldError::new(
+                    "spec.priorityClass",
+                    format!(
+                        "priority class '{}' is not allowed for user '{}'",
+                        w.spec.priority_class,
+                        user.unwrap_or("(anonymous)")
+                    ),
+                ));
+            }
+            let queues = &pc.spec.allowed_queues;
+            if !queues.is_empty() && !queues.contains(&w.spec.queue) {
+                errs.push(FieldError::new(
+                    "spec.priorityClass",
+                    format!(
+                        "priority class '{}' is not allowed in queue '{}'",
+                        w.spec.priority_class, w.spec.queue
+                    ),
+                ));
+            }
+        }
+        errs
+    }
+
     /// Looks a workload up by name or by UID.
     pub fn workload(&self, id: &str) -> Option<&Workload> {
         self.workloads
@@ -291,5 +340,48 @@ impl FederationState {
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(w)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{PodSet, Queue, QueueSpec, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+
+    fn w(queue: &str, class: WorkloadClass, pc: &str, user: Option<&str>) -> Workload {
+        let mut spec = WorkloadSpec::new(queue, class, vec![PodSet::new("p", 1, 1, "L40S")]);
+        spec.priority_class = pc.into();
+        spec.user = user.map(str::to_string);
+        Workload::new("w", spec)
+    }
+
+    #[test]
+    fn the_queue_classes_and_the_priority_class_rules_are_named_by_field() {
+        let mut s = FederationState::default();
+        let mut spec = QueueSpec::new("ml");
+        spec.classes = vec![WorkloadClass::Training];
+        s.queues.insert("train".into(), Queue::new("train", spec));
+        let mut pc = PriorityClass::new("vip", tideway_api::PriorityClassSpec::new(1000));
+        pc.spec.allowed_users = vec!["alice".into()];
+        pc.spec.allowed_queues = vec!["train".into()];
+        s.priority_classes.insert("vip".into(), pc);
+
+        let ok = w("train", WorkloadClass::Training, "vip", Some("alice"));
+        assert!(s.check_permissions(&ok).is_empty());
+        let errs = s.check_permissions(&w("train", WorkloadClass::Inference, "normal", None));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "spec.class");
+        assert!(errs[0].reason.contains("accepts only training"), "{errs:?}");
+        let errs = s.check_permissions(&w("default", WorkloadClass::Training, "vip", Some("bob")));
+        let reasons: Vec<&str> = errs.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "priority class 'vip' is not allowed for user 'bob'",
+                "priority class 'vip' is not allowed in queue 'default'"
+            ]
+        );
+        assert!(errs.iter().all(|e| e.field == "spec.priorityClass"));
     }
 }
