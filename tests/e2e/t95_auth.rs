@@ -64,7 +64,7 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     std::fs::write(
         &tokens,
         format!(
-            "tokens:\n- {{subject: admin, groups: [system:admins], sha256: {}}}\n- {{subject: 'agent:sim-eu', sha256: {}}}\n- {{subject: alice, sha256: {}}}\n- {{subject: carol, sha256: {}}}\n",
+            "tokens:\n- {{subject: admin, groups: [system:admins], sha256: {}}}\n- {{subject: 'agent:sim-eu', sha256: {}}}\n- {{subject: alice, groups: ['queue:research', 'queue:default'], sha256: {}}}\n- {{subject: carol, groups: ['queue:research'], sha256: {}}}\n",
             sha256(ADMIN),
             sha256(AGENT),
             sha256(ALICE),
@@ -153,28 +153,6 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     assert!(ok, "{out}");
     assert!(out.contains("workload/by-cli created"), "{out}");
 
-    // An agent with its token file registers and heartbeats.
-    tc.c.add_agent(
-        "sim-eu",
-        "eu-west",
-        &layout("sim-eu"),
-        &["--heartbeat-ms", "300", "--token-file", agent_s],
-    )
-    .await
-    .expect("agent");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let members = admin.members().await.unwrap();
-        if members.items.iter().any(|m| m.metadata.name == "sim-eu") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the agent did not register: {members:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
     // The workload's user is the authenticated subject, not the body's claim; the queue's
     // classes and the priority class's allowedUsers/allowedQueues hold at submission.
     for doc in ["queue.yaml", "priority-class.yaml"] {
@@ -242,6 +220,96 @@ async fn tokens_are_required_and_refusals_write_nothing() {
         .unwrap();
     assert!(created);
     assert_eq!(w.spec.user.as_deref(), Some("alice"));
+
+    // Roles: 403 for what a credential does not open, and nothing written.
+    let before = admin.cluster_status().await.unwrap().last_applied;
+    let e = carol
+        .submit_raw(
+            claimed("elsewhere", "default", "training", "normal"),
+            false,
+            None,
+        )
+        .await
+        .expect_err("queue outside carol's scope");
+    assert!(e.to_string().contains("403"), "{e}");
+    let (ok, out) = cli(
+        &addr,
+        Some(CAROL),
+        &["apply", "-f", &testdata("queue.yaml")],
+        files.path(),
+    );
+    assert!(
+        !ok && out.contains("403"),
+        "a submitter applied policy: {out}"
+    );
+    let e = carol
+        .cluster_join(&tideway_api::cluster::JoinRequest {
+            id: 9,
+            addr: "127.0.0.1:1".into(),
+        })
+        .await
+        .expect_err("a submitter joined a node");
+    assert!(e.to_string().contains("403"), "{e}");
+    let (ok, out) = cli(&addr, Some(CAROL), &["cancel", "vip"], files.path());
+    assert!(
+        !ok && out.contains("403"),
+        "carol cancelled alice's workload: {out}"
+    );
+    let agent = Client::with_token(&addr, Some(AGENT)).unwrap();
+    let e = agent
+        .report_status(
+            "sim-us",
+            &tideway_api::agent::StatusReport { statuses: vec![] },
+        )
+        .await
+        .expect_err("an agent reported for another cluster");
+    assert!(e.to_string().contains("403"), "{e}");
+    let rogue = tideway_api::agent::RegisterRequest {
+        member: tideway_api::MemberCluster::new(
+            "rogue",
+            tideway_api::MemberClusterSpec::new("eu-west", vec![]),
+        ),
+        agent_version: None,
+    };
+    let e = agent
+        .register_member(&rogue)
+        .await
+        .expect_err("an agent registered another cluster");
+    assert!(e.to_string().contains("403"), "{e}");
+    let e = agent
+        .get("vip", false)
+        .await
+        .expect_err("an agent read tenant data");
+    assert!(e.to_string().contains("403"), "{e}");
+    assert_eq!(
+        admin.cluster_status().await.unwrap().last_applied,
+        before,
+        "a 403 wrote"
+    );
+    let (ok, out) = cli(&addr, Some(ALICE), &["cancel", "vip"], files.path());
+    assert!(ok, "alice cancels her own: {out}");
+
+    // An agent with its token file registers and heartbeats.
+    tc.c.add_agent(
+        "sim-eu",
+        "eu-west",
+        &layout("sim-eu"),
+        &["--heartbeat-ms", "300", "--token-file", agent_s],
+    )
+    .await
+    .expect("agent");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let members = admin.members().await.unwrap();
+        if members.items.iter().any(|m| m.metadata.name == "sim-eu") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not register: {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // No authentication beyond loopback unless explicitly allowed.
     let data = files.path().join("open");

@@ -44,9 +44,21 @@ pub(crate) fn member_name(name: &str) -> Result<(), ApiError> {
 
 pub async fn register(
     State(st): State<AppState>,
+    principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
     let req: RegisterRequest = json_body(body)?;
+    if let Some(axum::Extension(p)) = principal
+        && !super::authz::Access::of(&p).may_act_for(&req.member.metadata.name)
+    {
+        return Err(super::authz::deny(
+            &p,
+            format!(
+                "'{}' may not register member cluster '{}'",
+                p.subject, req.member.metadata.name
+            ),
+        ));
+    }
     req.member
         .validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;

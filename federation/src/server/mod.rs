@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod auth;
+pub mod authz;
 pub mod cluster;
 pub mod error;
 pub mod explain;
@@ -137,6 +138,8 @@ pub fn router(state: AppState) -> Router {
     // method with problem+json (axum still adds the `Allow` header).
     api.merge(crate::raft::transport::router(state.raft.clone()))
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Layers run outside in: authenticate (the last added), then authorize.
+        .layer(axum::middleware::from_fn(authz::authorize))
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             auth::authenticate,

@@ -12,6 +12,7 @@ use tideway_api::auth::Principal;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
+use super::authz::{self, Access};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::state::command::{Command, CommandResult, StoredObject};
@@ -72,8 +73,15 @@ pub async fn submit(
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
-    // Authenticated: the workload is the caller's, whatever the body claims.
+    // Authenticated: the workload is the caller's, whatever the body claims, and only in a
+    // queue the caller may submit to.
     if let Some(Extension(p)) = principal {
+        if !Access::of(&p).may_submit_to(&w.spec.queue) {
+            return Err(authz::deny(
+                &p,
+                format!("'{}' may not submit to queue '{}'", p.subject, w.spec.queue),
+            ));
+        }
         w.spec.user = Some(p.subject);
     }
     w.validate()
@@ -180,8 +188,21 @@ pub async fn get_one(
 /// workload that already finished is a 409, an unknown one a 404.
 pub async fn cancel(
     State(st): State<AppState>,
+    principal: Option<Extension<Principal>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    if let Some(Extension(p)) = principal {
+        // The owner never changes, so this node's copy is good enough to decide on.
+        let owner = st.read(|d| d.state.workload(&id).map(|w| w.spec.user.clone()))?;
+        if let Some(owner) = owner
+            && !Access::of(&p).may_cancel(&p.subject, owner.as_deref())
+        {
+            return Err(authz::deny(
+                &p,
+                format!("'{}' may cancel only its own workloads", p.subject),
+            ));
+        }
+    }
     let res = st
         .proposer
         .propose(Command::CancelWorkload { id, at: Utc::now() })
