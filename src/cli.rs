@@ -111,6 +111,25 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// The audit trail: who changed what, when, under which policy version.
+    Events {
+        #[arg(long)]
+        workload: Option<String>,
+        #[arg(long)]
+        queue: Option<String>,
+        /// Submitted, Assigned, Preempted, Running, Succeeded, Failed, Requeued, Cancelled,
+        /// Compacted, PolicyChanged, MemberRegistered, MemberHealth (any case).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only records at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// `json` prints JSON lines, one record each (for export).
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// List workloads.
     List {
         #[arg(long)]
@@ -357,6 +376,28 @@ impl Cli {
                     output::print_one(&w, output)?;
                 }
                 Ok(())
+            }
+            Cmd::Events {
+                workload,
+                queue,
+                kind,
+                since,
+                output,
+                target,
+            } => {
+                let mut params: Vec<(&str, String)> = Vec::new();
+                for (k, v) in [
+                    ("workload", workload),
+                    ("queue", queue),
+                    ("kind", kind),
+                    ("since", since),
+                ] {
+                    if let Some(v) = v {
+                        params.push((k, v));
+                    }
+                }
+                let list = target.client()?.events(&params).await?;
+                output::print_events(&list.items, output)
             }
             Cmd::List {
                 queue,

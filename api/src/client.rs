@@ -244,6 +244,21 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Audit records, filtered: `(name, value)` pairs of `GET /v1/events`' parameters.
+    pub async fn events(
+        &self,
+        params: &[(&str, String)],
+    ) -> Result<crate::audit::AuditEventList, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/events", self.addr))
+            .query(params)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

@@ -8,6 +8,7 @@
 //! at once, and both name the offending field with the same camelCase JSON path.
 
 pub mod agent;
+pub mod audit;
 pub mod auth;
 pub mod capacity;
 pub mod client;

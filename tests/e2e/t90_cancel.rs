@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tideway_api::WorkloadPhase;
 use tideway_api::agent::LocalPhase;
+use tideway_api::audit::{AuditEvent, AuditKind};
 use tideway_api::client::Client;
 
 use crate::common::*;
@@ -115,6 +116,43 @@ async fn cancel_stops_the_work_frees_capacity_and_the_name_is_reused_after_reten
     )
     .await;
     assert_eq!(freed.allocated, 0);
+
+    // The audit trail has every change, in order, with its actor; the CLI exports it as JSON
+    // lines.
+    let ev = c.events(&[("workload", "train".into())]).await.unwrap();
+    let trail: Vec<(AuditKind, &str)> = ev
+        .items
+        .iter()
+        .map(|e| (e.kind, e.actor.as_str()))
+        .collect();
+    assert_eq!(
+        trail,
+        vec![
+            (AuditKind::Submitted, "anonymous"),
+            (AuditKind::Assigned, "system:leader"),
+            (AuditKind::Running, "agent:sim-eu"),
+            (AuditKind::Cancelled, "anonymous"),
+        ]
+    );
+    let (ok, out, err) = tideway(
+        &addr,
+        &[
+            "events",
+            "--workload",
+            "train",
+            "--kind",
+            "cancelled",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let lines: Vec<AuditEvent> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(lines[0].kind, AuditKind::Cancelled);
 
     // Cancelling again answers the same cancelled workload; an unknown one is a 404.
     let again = c.cancel(&uid).await.expect("idempotent cancel");

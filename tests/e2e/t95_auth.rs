@@ -288,6 +288,25 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     );
     let (ok, out) = cli(&addr, Some(ALICE), &["cancel", "vip"], files.path());
     assert!(ok, "alice cancels her own: {out}");
+    // The audit shows who did it: the authenticated subjects, not the body's claim.
+    let ev = admin.events(&[("workload", "vip".into())]).await.unwrap();
+    let who: Vec<(String, String)> = ev
+        .items
+        .iter()
+        .map(|e| (e.kind.as_str().to_string(), e.actor.clone()))
+        .collect();
+    assert_eq!(
+        who,
+        vec![
+            ("Submitted".to_string(), "alice".to_string()),
+            ("Cancelled".to_string(), "alice".to_string())
+        ]
+    );
+    let policy = admin
+        .events(&[("kind", "policychanged".into())])
+        .await
+        .unwrap();
+    assert!(policy.items.len() >= 2 && policy.items.iter().all(|e| e.actor == "admin"));
 
     // An agent with its token file registers and heartbeats.
     tc.c.add_agent(

@@ -48,6 +48,9 @@ pub async fn register(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
     let req: RegisterRequest = json_body(body)?;
+    let actor = principal
+        .as_ref()
+        .map(|axum::Extension(p)| p.subject.clone());
     if let Some(axum::Extension(p)) = principal
         && !super::authz::Access::of(&p).may_act_for(&req.member.metadata.name)
     {
@@ -64,11 +67,14 @@ pub async fn register(
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     let res = st
         .proposer
-        .propose(Command::RegisterMember {
-            member: Box::new(req.member),
-            agent_version: req.agent_version,
-            at: Utc::now(),
-        })
+        .propose(Command::by(
+            actor.as_deref(),
+            Command::RegisterMember {
+                member: Box::new(req.member),
+                agent_version: req.agent_version,
+                at: Utc::now(),
+            },
+        ))
         .await?;
     Ok(Json(member_of(res)?))
 }

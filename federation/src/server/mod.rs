@@ -6,6 +6,7 @@ pub mod auth;
 pub mod authz;
 pub mod cluster;
 pub mod error;
+pub mod events;
 pub mod explain;
 pub mod internal;
 pub mod members;
@@ -110,6 +111,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
+        .route("/v1/events", get(events::list))
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/priorityclasses", get(workloads::list_priority_classes))
         .route("/v1/members", get(members::list))

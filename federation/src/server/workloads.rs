@@ -75,6 +75,7 @@ pub async fn submit(
     let mut w = decode_workload(&headers, &body)?;
     // Authenticated: the workload is the caller's, whatever the body claims, and only in a
     // queue the caller may submit to.
+    let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
     if let Some(Extension(p)) = principal {
         if !Access::of(&p).may_submit_to(&w.spec.queue) {
             return Err(authz::deny(
@@ -107,11 +108,14 @@ pub async fn submit(
     }
     w.status = None;
     w.metadata.uid = Some(tideway_api::new_uid());
-    let cmd = Command::SubmitWorkload {
-        workload: Box::new(w),
-        idempotency_key: key,
-        at: Utc::now(),
-    };
+    let cmd = Command::by(
+        actor.as_deref(),
+        Command::SubmitWorkload {
+            workload: Box::new(w),
+            idempotency_key: key,
+            at: Utc::now(),
+        },
+    );
     let result = st.proposer.propose(cmd).await;
     let resp = match result {
         Ok(CommandResult::Created {
@@ -191,6 +195,7 @@ pub async fn cancel(
     principal: Option<Extension<Principal>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
     if let Some(Extension(p)) = principal {
         // The owner never changes, so this node's copy is good enough to decide on.
         let owner = st.read(|d| d.state.workload(&id).map(|w| w.spec.user.clone()))?;
@@ -205,7 +210,10 @@ pub async fn cancel(
     }
     let res = st
         .proposer
-        .propose(Command::CancelWorkload { id, at: Utc::now() })
+        .propose(Command::by(
+            actor.as_deref(),
+            Command::CancelWorkload { id, at: Utc::now() },
+        ))
         .await?;
     match res {
         CommandResult::Created {

@@ -106,6 +106,11 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// A command on behalf of an authenticated subject, for the audit trail.
+    As {
+        actor: String,
+        command: Box<Command>,
+    },
     /// Cancel a pending or running workload, by name or UID.
     CancelWorkload { id: String, at: DateTime<Utc> },
     /// Remove these terminal workloads, if they finished before `before` (chosen by the
@@ -115,6 +120,19 @@ pub enum Command {
         before: DateTime<Utc>,
         at: DateTime<Utc>,
     },
+}
+
+impl Command {
+    /// `cmd` on behalf of `actor`, when there is one (an authenticated request).
+    pub fn by(actor: Option<&str>, cmd: Command) -> Command {
+        match actor {
+            Some(a) => Command::As {
+                actor: a.to_string(),
+                command: Box::new(cmd),
+            },
+            None => cmd,
+        }
+    }
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.

@@ -3,6 +3,7 @@
 //! Apply is a pure function of (state, log index, command): no clock, no randomness, no I/O,
 //! so every node that applies the same log holds the same bytes.
 
+pub mod audit;
 pub mod bootstrap;
 pub mod command;
 pub mod idempotency;
@@ -58,6 +59,9 @@ pub struct FederationState {
     pub scheduling: scheduling::SchedulingState,
     /// The latest time any applied command carried; apply never looks at a clock.
     pub clock: Option<DateTime<Utc>>,
+    /// Every change, with its actor.
+    #[serde(default)]
+    pub audit: audit::AuditTrail,
 }
 
 impl Default for FederationState {
@@ -82,6 +86,7 @@ impl Default for FederationState {
             assignments: BTreeMap::new(),
             scheduling: Default::default(),
             clock: None,
+            audit: Default::default(),
         }
     }
 }
@@ -188,7 +193,15 @@ impl FederationState {
     }
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
+        let (hint, actor) = audit::Hint::of(&cmd);
+        let res = self.apply_command(index, cmd);
+        self.record(index, hint, actor, &res);
+        res
+    }
+
+    fn apply_command(&mut self, index: u64, cmd: Command) -> CommandResult {
         match cmd {
+            Command::As { command, .. } => self.apply_command(index, *command),
             Command::SubmitWorkload {
                 workload,
                 idempotency_key,
