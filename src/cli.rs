@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tideway_agent::sim_agent::{Layout, SimAgent};
 use tideway_api::WorkloadPhase;
 use tideway_api::auth::{TokenEntry, TokenFile};
 use tideway_api::client::{Client, ListQuery};
@@ -528,8 +529,12 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
+    // One clock for the whole fleet: the simulated members stamp their reports with it and
+    // the leader compares those stamps with its own now (minimum runtimes before preemption,
+    // digest ages), so both must read the same, scaled, time.
+    let clock = tideway_agent::sim_agent::sim_clock(a.time_scale)?;
     // One command, yet not open to anyone on the machine: a fresh admin token every start,
-    // its digest in the data directory, the token itself in the CLI configuration.
+    // only its digest in the server, the token itself in the CLI configuration.
     let token = generate_token().map_err(|_| anyhow::anyhow!("no randomness for a token"))?;
     let tokens = TokenFile {
         tokens: vec![TokenEntry {
@@ -538,9 +543,13 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             sha256: hash_token(&token),
         }],
     };
-    let mut cfg = NodeConfig::new(1, a.listen, dir.clone());
-    cfg.auth = Some(std::sync::Arc::new(Authenticator::new(tokens)));
-    let node = Node::start(cfg).await?;
+    let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
+    node_cfg.clock = clock.clone();
+    // Reads stay open on loopback, so the dashboard needs no token; every change needs it.
+    node_cfg.auth = Some(std::sync::Arc::new(
+        Authenticator::new(tokens).with_anonymous_reads(),
+    ));
+    let node = Node::start(node_cfg).await?;
     if let Some(p) = crate::config::path() {
         let mut c = crate::config::CliConfig::load(&p).unwrap_or_default();
         c.set_current(crate::config::CliContext {
@@ -569,11 +578,11 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             token_file: None,
             token: Some(token.clone()),
         };
-        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
-        let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
+        let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
+        let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
-            std::sync::Arc::new(backend),
+            std::sync::Arc::new(sim.backend),
             stop.clone(),
         )));
     }
@@ -581,6 +590,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
     }
+    println!("  dashboard: http://{}/ui/", node.addr);
     println!("  API:      http://{}/v1/workloads", node.addr);
     println!("  status:   http://{}/v1/cluster/status", node.addr);
     println!("  metrics:  http://{}/metrics", node.addr);

@@ -6,21 +6,34 @@ use serde::{Deserialize, Serialize};
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum AuditKind {
+    /// A workload was accepted.
     Submitted,
+    /// A workload was placed on a member cluster.
     Assigned,
+    /// A running workload was told to checkpoint and stop for another.
     Preempted,
+    /// A member reported the workload running.
     Running,
+    /// A member reported the workload finished.
     Succeeded,
+    /// A member reported the workload failed, with its retries spent.
     Failed,
+    /// A failed or evicted attempt went back to the queue.
     Requeued,
+    /// A workload was cancelled.
     Cancelled,
+    /// A terminal workload past retention left the live state.
     Compacted,
+    /// A queue or priority class was created or replaced.
     PolicyChanged,
+    /// A member cluster registered.
     MemberRegistered,
+    /// A member cluster turned Ready or NotReady.
     MemberHealth,
 }
 
 impl AuditKind {
+    /// Every kind.
     pub const ALL: [AuditKind; 12] = [
         Self::Submitted,
         Self::Assigned,
@@ -36,6 +49,7 @@ impl AuditKind {
         Self::MemberHealth,
     ];
 
+    /// The name as serialized (`Cancelled`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Submitted => "Submitted",
@@ -76,17 +90,22 @@ pub struct AuditEvent {
     pub seq: u64,
     /// The log index of the change.
     pub index: u64,
+    /// When, as the change's log entry says.
     pub at: DateTime<Utc>,
+    /// What changed.
     pub kind: AuditKind,
     /// The authenticated subject, `agent:CLUSTER` for a member's report, or `system:leader`
     /// for the leader's own decisions (scheduling, health, compaction).
     pub actor: String,
     /// The log index of the last policy change (queue or priority class) in force.
     pub policy_version: u64,
+    /// The workload it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    /// The queue it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// The member cluster it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
     /// What happened, in words, with the numbers that justify it.
@@ -97,6 +116,7 @@ pub struct AuditEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEventList {
+    /// Oldest first.
     pub items: Vec<AuditEvent>,
 }
 

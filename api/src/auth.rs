@@ -16,13 +16,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TokenFile {
+    /// One entry per token.
     pub tokens: Vec<TokenEntry>,
 }
 
+/// One token's owner, by the token's digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TokenEntry {
+    /// Who the token authenticates (`agent:CLUSTER` for a member agent).
     pub subject: String,
+    /// The groups that give the subject its roles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
     /// Lowercase hex SHA-256 of the token.
@@ -32,12 +36,21 @@ pub struct TokenEntry {
 /// Why a token file is refused, with the entry at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
+    /// Not YAML of the expected shape.
     #[error("not a token file: {0}")]
     Parse(String),
+    /// An entry's digest is not SHA-256 in hex.
     #[error("tokens[{index}].sha256: must be 64 hex digits")]
-    BadDigest { index: usize },
+    BadDigest {
+        /// The entry.
+        index: usize,
+    },
+    /// An entry names no subject.
     #[error("tokens[{index}].subject: must not be empty")]
-    NoSubject { index: usize },
+    NoSubject {
+        /// The entry.
+        index: usize,
+    },
 }
 
 impl TokenFile {
@@ -61,7 +74,9 @@ impl TokenFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Principal {
+    /// The token's subject.
     pub subject: String,
+    /// The token's groups.
     #[serde(default)]
     pub groups: Vec<String>,
 }

@@ -7,11 +7,14 @@
 //! decoding stops at the first structural problem, validation reports every semantic problem
 //! at once, and both name the offending field with the same camelCase JSON path.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod audit;
 pub mod auth;
 pub mod capacity;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod decode;
 pub mod digest;
@@ -50,6 +53,7 @@ pub use quota_schedule::{
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
+    WorkloadStatus,
 };

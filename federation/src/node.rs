@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use tideway_api::clock::{RealClock, SharedClock};
 use tokio::net::TcpListener;
 
 use crate::dispatcher::DispatchConfig;
@@ -60,6 +61,9 @@ pub struct NodeConfig {
     pub auth: Option<std::sync::Arc<crate::server::auth::Authenticator>>,
     /// The bearer token this node sends when it asks to join through `join`.
     pub join_token: Option<String>,
+    /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
+    /// its simulated members share.
+    pub clock: SharedClock,
 }
 
 impl NodeConfig {
@@ -77,6 +81,7 @@ impl NodeConfig {
             dispatch: DispatchConfig::default(),
             auth: None,
             join_token: None,
+            clock: RealClock::shared(),
         }
     }
 
@@ -142,7 +147,8 @@ impl Node {
             log_stats,
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
-            liveness: Liveness::default(),
+            liveness: Liveness::new(cfg.clock.clone()),
+            clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
             auth: cfg.auth.clone(),
@@ -169,6 +175,7 @@ impl Node {
             state.data.clone(),
             state.proposer.clone(),
             cfg.dispatch.clone(),
+            cfg.clock.clone(),
         )));
         let listener =
             TcpListener::bind(&cfg.listen)

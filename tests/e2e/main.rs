@@ -2,6 +2,7 @@
 //! Each test takes the harness lock: clusters of three processes on a 2-core machine are
 //! not run side by side.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
+#![allow(clippy::disallowed_methods)] // tests wait on real time
 
 mod common;
 mod t10_submit_failover;
@@ -13,6 +14,9 @@ mod t55_forwarding;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
-mod t90_cancel;
-mod t92_idempotency_errors;
-mod t95_auth;
+mod t82_cancel;
+mod t84_idempotency_errors;
+mod t86_auth;
+mod t90_dev_preemption;
+mod t95_dashboard;
+mod t96_deploy;

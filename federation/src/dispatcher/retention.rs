@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use chrono::Utc;
+use tideway_api::clock::SharedClock;
 
 use super::DispatchConfig;
 use crate::propose::Proposer;
@@ -19,6 +19,7 @@ pub async fn compaction_loop(
     data: Arc<RwLock<StateMachineData>>,
     proposer: Proposer,
     cfg: DispatchConfig,
+    clock: SharedClock,
 ) {
     let retain = chrono::Duration::from_std(cfg.retain_terminal)
         .unwrap_or_else(|_| chrono::Duration::days(36_500));
@@ -31,7 +32,7 @@ pub async fn compaction_loop(
         }
         // Several batches per tick when a backlog built up, one entry each.
         loop {
-            let before = Utc::now() - retain;
+            let before = clock.now() - retain;
             let names = match data.read() {
                 Ok(d) => d.state.compactable(before, MAX_COMPACT_BATCH),
                 Err(_) => break,
@@ -45,7 +46,7 @@ pub async fn compaction_loop(
                 .propose(Command::CompactWorkloads {
                     names,
                     before,
-                    at: Utc::now(),
+                    at: clock.now(),
                 })
                 .await
             {

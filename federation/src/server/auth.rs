@@ -58,6 +58,9 @@ pub fn generate_token() -> Result<String, ring::error::Unspecified> {
 /// The known tokens, by digest.
 pub struct Authenticator {
     by_digest: HashMap<String, Principal>,
+    /// Let requests without a token read (GET/HEAD) as anonymous viewers: `tideway dev` on
+    /// loopback, so its dashboard needs no token while every change does.
+    anonymous_reads: bool,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -81,7 +84,16 @@ impl Authenticator {
                 )
             })
             .collect();
-        Self { by_digest }
+        Self {
+            by_digest,
+            anonymous_reads: false,
+        }
+    }
+
+    /// As [`Authenticator::new`], letting requests without a token read.
+    pub fn with_anonymous_reads(mut self) -> Self {
+        self.anonymous_reads = true;
+        self
     }
 
     pub fn from_file(path: &Path) -> Result<Self, AuthError> {
@@ -131,6 +143,13 @@ pub async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    let reading = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    if token.is_none() && reading && auth.anonymous_reads {
+        return next.run(req).await;
+    }
     let principal = match token {
         None => Err("this API needs a bearer token (Authorization: Bearer ...)"),
         Some(t) => auth
@@ -171,19 +190,30 @@ mod tests {
     use super::*;
 
     fn app() -> Router {
-        let auth = Authenticator::new(TokenFile {
+        app_with(false)
+    }
+
+    fn app_with(anonymous_reads: bool) -> Router {
+        let mut auth = Authenticator::new(TokenFile {
             tokens: vec![TokenEntry {
                 subject: "alice".into(),
                 groups: vec!["ml".into()],
                 sha256: hash_token("secret-1"),
             }],
         });
+        if anonymous_reads {
+            auth = auth.with_anonymous_reads();
+        }
         Router::new()
             .route(
                 "/v1/whoami",
                 get(|axum::Extension(p): axum::Extension<Principal>| async move { p.subject }),
             )
             .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/v1/open",
+                get(|| async { "read" }).post(|| async { "wrote" }),
+            )
             .layer(axum::middleware::from_fn_with_state(
                 Some(Arc::new(auth)),
                 authenticate,
@@ -223,6 +253,27 @@ mod tests {
         }
         let (s, _, _) = call("/healthz", None).await;
         assert_eq!(s, StatusCode::OK, "liveness needs no token");
+    }
+
+    #[tokio::test]
+    async fn anonymous_reads_let_reads_through_and_never_writes() {
+        let send = |method: &str, anon: bool| {
+            let req = Request::builder()
+                .method(method)
+                .uri("/v1/open")
+                .body(Body::empty())
+                .expect("request");
+            async move {
+                app_with(anon)
+                    .oneshot(req)
+                    .await
+                    .expect("response")
+                    .status()
+            }
+        };
+        assert_eq!(send("GET", true).await, StatusCode::OK);
+        assert_eq!(send("POST", true).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(send("GET", false).await, StatusCode::UNAUTHORIZED);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod explain;
 pub mod internal;
 pub mod members;
 pub mod metrics;
+pub mod ui;
 pub mod workloads;
 
 use std::sync::{Arc, RwLock};
@@ -19,6 +20,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use openraft::ReadPolicy;
+use tideway_api::clock::SharedClock;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
@@ -52,6 +54,8 @@ pub struct AppState {
     pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
     /// Bearer-token authentication; `None` serves anonymously.
     pub auth: Option<Arc<auth::Authenticator>>,
+    /// The time records are stamped with.
+    pub clock: SharedClock,
 }
 
 impl AppState {
@@ -133,6 +137,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());

@@ -6,7 +6,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use chrono::Utc;
 use serde::Deserialize;
 use tideway_api::auth::Principal;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
@@ -69,7 +68,7 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
+    let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
@@ -113,7 +112,7 @@ pub async fn submit(
         Command::SubmitWorkload {
             workload: Box::new(w),
             idempotency_key: key,
-            at: Utc::now(),
+            at: st.clock.now(),
         },
     );
     let result = st.proposer.propose(cmd).await;
@@ -212,7 +211,10 @@ pub async fn cancel(
         .proposer
         .propose(Command::by(
             actor.as_deref(),
-            Command::CancelWorkload { id, at: Utc::now() },
+            Command::CancelWorkload {
+                id,
+                at: st.clock.now(),
+            },
         ))
         .await?;
     match res {

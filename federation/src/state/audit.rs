@@ -420,6 +420,7 @@ mod tests {
             attempt: 1,
             phase: LocalPhase::Running,
             since: t(4),
+            nodes: vec![],
         };
         s.apply(
             6,

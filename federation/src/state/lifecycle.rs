@@ -243,6 +243,7 @@ mod tests {
                     attempt: 1,
                     phase: tideway_api::agent::LocalPhase::Running,
                     since: t(5),
+                    nodes: vec![],
                 }],
             },
         );

@@ -207,11 +207,19 @@ impl FederationState {
                 status.pending_reason = Some(PendingReason::Queued);
                 status.cluster = None;
                 status.started_at = None;
+                status.nodes.clear();
                 status.message = Some(why);
             };
+            if st.phase != LocalPhase::Running {
+                status.nodes.clear();
+            }
             match &st.phase {
                 LocalPhase::Pending => continue,
                 LocalPhase::Running => {
+                    // The nodes may be reported after the start (pods bound late).
+                    if !st.nodes.is_empty() {
+                        status.nodes.clone_from(&st.nodes);
+                    }
                     if status.phase == WorkloadPhase::Running {
                         continue;
                     }
@@ -328,6 +336,16 @@ mod tests {
     }
 
     fn report(s: &mut FederationState, idx: u64, attempt: u32, phase: LocalPhase) {
+        report_on(s, idx, attempt, phase, Vec::new());
+    }
+
+    fn report_on(
+        s: &mut FederationState,
+        idx: u64,
+        attempt: u32,
+        phase: LocalPhase,
+        nodes: Vec<tideway_api::NodeGpus>,
+    ) {
         s.apply(
             idx,
             Command::ReportStatus {
@@ -337,6 +355,7 @@ mod tests {
                     attempt,
                     phase,
                     since: t(idx as i64),
+                    nodes,
                 }],
             },
         );
@@ -367,6 +386,23 @@ mod tests {
         assert_eq!(s.workloads, before.workloads);
         report(&mut s, 6, 1, LocalPhase::Succeeded);
         assert_eq!(phase(&s), WorkloadPhase::Succeeded);
+    }
+
+    #[test]
+    fn running_work_records_its_nodes_until_it_stops() {
+        let mut s = setup(None);
+        let nodes = vec![tideway_api::NodeGpus {
+            node: "n1".into(),
+            gpus: 8,
+        }];
+        let status = |s: &FederationState| s.workloads.values().next().unwrap().status.clone();
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert!(status(&s).unwrap().nodes.is_empty());
+        // Nodes reported after the start (pods bound late) are recorded too.
+        report_on(&mut s, 5, 1, LocalPhase::Running, nodes.clone());
+        assert_eq!(status(&s).unwrap().nodes, nodes);
+        report(&mut s, 6, 1, LocalPhase::Succeeded);
+        assert!(status(&s).unwrap().nodes.is_empty());
     }
 
     #[test]
