@@ -53,6 +53,12 @@ pub struct AgentArgs {
     /// Run simulated time this many times faster than the wall clock.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// A file holding the bearer token for a federation that requires one.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The token itself, for an agent started in-process (`tideway dev`).
+    #[arg(skip)]
+    pub token: Option<String>,
 }
 
 impl AgentArgs {
@@ -81,6 +87,7 @@ impl AgentArgs {
         let mut cfg = AgentConfig::new(cluster, region, federation);
         cfg.zone = self.zone.clone();
         cfg.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(100));
+        cfg.token = self.token.clone();
         cfg
     }
 
@@ -96,7 +103,12 @@ impl AgentArgs {
     }
 }
 
-pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    if let Some(path) = &a.token_file {
+        let t = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?;
+        a.token = Some(t.trim().to_string());
+    }
     match a.backend {
         BackendKind::Sim => {
             let clock = sim_clock(a.time_scale).context("--time-scale")?;

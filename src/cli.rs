@@ -7,8 +7,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tideway_agent::sim_agent::{Layout, SimAgent};
 use tideway_api::WorkloadPhase;
+use tideway_api::auth::{TokenEntry, TokenFile};
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
+use tideway_federation::server::auth::{Authenticator, generate_token, hash_token};
 use tideway_federation::{Node, NodeConfig};
 
 use crate::bench;
@@ -30,8 +32,35 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct Target {
     /// Address of any federation node.
-    #[arg(long, env = "TIDEWAY_ADDR", default_value = DEFAULT_ADDR, global = true)]
-    pub addr: String,
+    /// Address of any federation node (default: the current context of the CLI
+    /// configuration, then 127.0.0.1:7400).
+    #[arg(long, env = "TIDEWAY_ADDR", global = true)]
+    pub addr: Option<String>,
+    /// Bearer token for a federation that requires one (default: the current context's).
+    #[arg(long, env = "TIDEWAY_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+}
+
+impl Target {
+    /// The address and token to use, after the CLI configuration.
+    fn resolve(&self) -> anyhow::Result<(String, Option<String>)> {
+        let cfg = match crate::config::path() {
+            Some(p) => crate::config::CliConfig::load(&p)?,
+            None => Default::default(),
+        };
+        Ok(crate::config::resolve(
+            self.addr.as_deref(),
+            self.token.as_deref(),
+            &cfg,
+            DEFAULT_ADDR,
+        ))
+    }
+
+    /// A client of the node at `--addr` that sends the token, if any.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let (addr, token) = self.resolve()?;
+        Ok(Client::with_token(&addr, token.as_deref())?)
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,6 +101,33 @@ pub enum Cmd {
         /// Read this node's possibly stale copy instead of a linearizable read.
         #[arg(long)]
         stale: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Cancel a pending or running workload by name or UID; its member stops it.
+    Cancel {
+        id: String,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The audit trail: who changed what, when, under which policy version.
+    Events {
+        #[arg(long)]
+        workload: Option<String>,
+        #[arg(long)]
+        queue: Option<String>,
+        /// Submitted, Assigned, Preempted, Running, Succeeded, Failed, Requeued, Cancelled,
+        /// Compacted, PolicyChanged, MemberRegistered, MemberHealth (any case).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only records at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// `json` prints JSON lines, one record each (for export).
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
         #[command(flatten)]
         target: Target,
     },
@@ -222,6 +278,30 @@ pub struct ServerArgs {
     /// Missed heartbeats (multiples of the interval) before a member is NotReady.
     #[arg(long, default_value_t = 3)]
     pub member_missed_heartbeats: u32,
+    /// Keep finished, failed and cancelled workloads readable this many seconds, then
+    /// compact them out of the live state (their names become free again).
+    #[arg(long, default_value_t = 3600)]
+    pub retain_terminal: u64,
+    /// Require a bearer token from this file (YAML: `tokens: [{subject, groups, sha256}]`,
+    /// SHA-256 digests only) on every API request.
+    #[arg(long)]
+    pub auth_tokens: Option<PathBuf>,
+    /// Serve without authentication on a non-loopback address.
+    #[arg(long)]
+    pub insecure_allow_anonymous: bool,
+    /// A file holding the bearer token this node sends when it joins through --join.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Whether `listen` binds only the loopback interface.
+fn is_loopback(listen: &str) -> bool {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => listen
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host == "localhost"),
+    }
 }
 
 /// The simulated member clusters of `tideway dev`: name, region, layout.
@@ -284,7 +364,7 @@ impl Cli {
                 target,
             } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let client = Client::new(&target.addr)?;
+                let client = target.client()?;
                 let (w, created) = client
                     .submit_raw(body, yaml, idempotency_key.as_deref())
                     .await?;
@@ -306,8 +386,39 @@ impl Cli {
                 stale,
                 target,
             } => {
-                let w = Client::new(&target.addr)?.get(&id, stale).await?;
+                let w = target.client()?.get(&id, stale).await?;
                 output::print_one(&w, output)
+            }
+            Cmd::Cancel { id, output, target } => {
+                let w = target.client()?.cancel(&id).await?;
+                if output == OutputFormat::Table {
+                    println!("workload/{} cancelled", w.metadata.name);
+                } else {
+                    output::print_one(&w, output)?;
+                }
+                Ok(())
+            }
+            Cmd::Events {
+                workload,
+                queue,
+                kind,
+                since,
+                output,
+                target,
+            } => {
+                let mut params: Vec<(&str, String)> = Vec::new();
+                for (k, v) in [
+                    ("workload", workload),
+                    ("queue", queue),
+                    ("kind", kind),
+                    ("since", since),
+                ] {
+                    if let Some(v) = v {
+                        params.push((k, v));
+                    }
+                }
+                let list = target.client()?.events(&params).await?;
+                output::print_events(&list.items, output)
             }
             Cmd::List {
                 queue,
@@ -318,7 +429,7 @@ impl Cli {
                 output,
                 target,
             } => {
-                let client = Client::new(&target.addr)?;
+                let client = target.client()?;
                 let mut q = ListQuery {
                     queue,
                     phase,
@@ -338,12 +449,12 @@ impl Cli {
                 output::print_workloads(&items, output)
             }
             Cmd::Explain { id, output, target } => {
-                let v = Client::new(&target.addr)?.explain(&id).await?;
+                let v = target.client()?.explain(&id).await?;
                 output::print_explain(&v, output)
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let applied = Client::new(&target.addr)?.apply_raw(body, yaml).await?;
+                let applied = target.client()?.apply_raw(body, yaml).await?;
                 println!(
                     "{}/{} configured",
                     applied.kind().to_lowercase(),
@@ -352,7 +463,7 @@ impl Cli {
                 Ok(())
             }
             Cmd::Queues { output, target } => {
-                let v = Client::new(&target.addr)?.queues().await?;
+                let v = target.client()?.queues().await?;
                 output::print_queues(&v, output)
             }
             Cmd::Capacity {
@@ -360,11 +471,11 @@ impl Cli {
                 stale,
                 target,
             } => {
-                let v = Client::new(&target.addr)?.capacity(stale).await?;
+                let v = target.client()?.capacity(stale).await?;
                 output::print_capacity(&v, output)
             }
             Cmd::Members { output, target } => {
-                let v = Client::new(&target.addr)?.members().await?;
+                let v = target.client()?.members().await?;
                 output::print_members(&v, output)
             }
             Cmd::Cluster { cmd } => cluster(cmd).await,
@@ -377,9 +488,7 @@ impl Cli {
                         target,
                     },
             } => {
-                let v = Client::new(&target.addr)?
-                    .schedule_timeline(&name, hours)
-                    .await?;
+                let v = target.client()?.schedule_timeline(&name, hours).await?;
                 output::print_schedule(&v, output)
             }
             Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
@@ -404,7 +513,22 @@ fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
 }
 
 async fn server(a: ServerArgs) -> anyhow::Result<()> {
+    let auth = match &a.auth_tokens {
+        Some(path) => Some(std::sync::Arc::new(Authenticator::from_file(path)?)),
+        None if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
+        None => anyhow::bail!(
+            "refusing to serve {} without authentication: pass --auth-tokens FILE, or \
+             --insecure-allow-anonymous to accept anyone who can reach it",
+            a.listen
+        ),
+    };
     let mut cfg = NodeConfig::new(a.id, a.listen, a.data);
+    cfg.auth = auth;
+    if let Some(path) = &a.token_file {
+        let t = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?;
+        cfg.join_token = Some(t.trim().to_string());
+    }
     cfg.advertise = a.advertise;
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
@@ -414,6 +538,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     let hb = std::time::Duration::from_millis(a.member_heartbeat_ms.max(100));
     cfg.dispatch.heartbeat_interval = hb;
     cfg.dispatch.not_ready_after = hb * a.member_missed_heartbeats.max(1);
+    cfg.dispatch.retain_terminal = std::time::Duration::from_secs(a.retain_terminal);
+    cfg.dispatch.compaction_interval =
+        std::time::Duration::from_secs(a.retain_terminal.clamp(1, 10));
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;
@@ -438,9 +565,34 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     // the leader compares those stamps with its own now (minimum runtimes before preemption,
     // digest ages), so both must read the same, scaled, time.
     let clock = tideway_agent::sim_agent::sim_clock(a.time_scale)?;
+    // One command, yet not open to anyone on the machine: a fresh admin token every start,
+    // only its digest in the server, the token itself in the CLI configuration.
+    let token = generate_token().map_err(|_| anyhow::anyhow!("no randomness for a token"))?;
+    let tokens = TokenFile {
+        tokens: vec![TokenEntry {
+            subject: "admin".into(),
+            groups: vec!["system:admins".into()],
+            sha256: hash_token(&token),
+        }],
+    };
     let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
     node_cfg.clock = clock.clone();
+    // Reads stay open on loopback, so the dashboard needs no token; every change needs it.
+    node_cfg.auth = Some(std::sync::Arc::new(
+        Authenticator::new(tokens).with_anonymous_reads(),
+    ));
     let node = Node::start(node_cfg).await?;
+    if let Some(p) = crate::config::path() {
+        let mut c = crate::config::CliConfig::load(&p).unwrap_or_default();
+        c.set_current(crate::config::CliContext {
+            name: "dev".into(),
+            server: node.addr.clone(),
+            token: Some(token.clone()),
+        });
+        if let Err(e) = c.save(&p) {
+            tracing::warn!(error = %e, "could not write the CLI configuration");
+        }
+    }
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -455,6 +607,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             listen: None,
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
+            token_file: None,
+            token: Some(token.clone()),
         };
         let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
         let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
@@ -481,6 +635,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     );
     println!("     tideway capacity --addr {}", node.addr);
     println!("     tideway schedule show day-night --addr {}", node.addr);
+    println!("The CLI's configuration has the token (context 'dev'); other clients send it as");
+    println!("'Authorization: Bearer <token>':");
+    println!("admin token: {token}");
     wait_for_signal().await;
     let _ = stop_tx.send(true);
     for a in agents {
@@ -536,11 +693,11 @@ async fn wait_for_signal() {
 async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::Status { output, target } => {
-            let client = Client::new(&target.addr)?;
+            let client = target.client()?;
             let here = client.cluster_status().await?;
             let mut nodes = Vec::new();
             for (id, addr) in &here.members {
-                let asked = Client::new(addr)?
+                let asked = Client::with_token(addr, target.resolve()?.1.as_deref())?
                     .cluster_status()
                     .await
                     .map_err(|e| e.to_string());
@@ -556,12 +713,12 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             output::print_cluster(&report, output)
         }
         ClusterCmd::Remove { id, target } => {
-            Client::new(&target.addr)?.cluster_remove(id).await?;
+            target.client()?.cluster_remove(id).await?;
             println!("node {id} removed");
             Ok(())
         }
         ClusterCmd::Snapshot { target } => {
-            let ack = Client::new(&target.addr)?.cluster_snapshot().await?;
+            let ack = target.client()?.cluster_snapshot().await?;
             println!("{}", serde_json::to_string(&ack)?);
             Ok(())
         }

@@ -403,6 +403,49 @@ pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> a
     Ok(())
 }
 
+/// Audit records: a table, or JSON lines (one record a line, for export).
+pub fn print_events(
+    items: &[tideway_api::audit::AuditEvent],
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    match fmt {
+        OutputFormat::Json => {
+            for e in items {
+                println!("{}", serde_json::to_string(e)?);
+            }
+        }
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let rows = items
+                .iter()
+                .map(|e| {
+                    vec![
+                        e.seq.to_string(),
+                        e.at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+                        e.kind.as_str().to_string(),
+                        e.actor.clone(),
+                        e.workload.clone().unwrap_or_else(|| "-".into()),
+                        e.cluster.clone().unwrap_or_else(|| "-".into()),
+                        e.policy_version.to_string(),
+                        e.evidence.clone(),
+                    ]
+                })
+                .collect();
+            println!(
+                "{}",
+                table(
+                    &[
+                        "SEQ", "AT", "KIND", "ACTOR", "WORKLOAD", "CLUSTER", "POLICY", "EVIDENCE"
+                    ],
+                    rows,
+                    &[0, 6],
+                )
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,6 +105,32 @@ impl Client {
         Ok(Self::with_http(addr, http))
     }
 
+    /// A client of the node at `addr` that sends `token` as its bearer token, if given.
+    pub fn with_token(addr: &str, token: Option<&str>) -> Result<Self, ClientError> {
+        let Some(token) = token.filter(|t| !t.is_empty()) else {
+            return Self::new(addr);
+        };
+        let transport = |source| ClientError::Transport {
+            addr: addr.to_string(),
+            source,
+        };
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| ClientError::Unexpected {
+                addr: addr.to_string(),
+                status: 0,
+                body: format!("the token is not a valid header value: {e}"),
+            })?;
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        let http = crate::http::client_builder()
+            .timeout(Duration::from_secs(30))
+            .default_headers(headers)
+            .build()
+            .map_err(transport)?;
+        Ok(Self::with_http(addr, http))
+    }
+
     /// A client that shares a connection pool.
     pub fn with_http(addr: &str, http: reqwest::Client) -> Self {
         let addr = addr.trim_end_matches('/');
@@ -200,6 +226,33 @@ impl Client {
             .http
             .get(format!("{}/v1/workloads/{id}", self.addr))
             .query(&[("stale", stale)])
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Cancels a pending or running workload by name or UID; answers it as cancelled.
+    /// Cancelling a cancelled workload answers it unchanged.
+    pub async fn cancel(&self, id: &str) -> Result<Workload, ClientError> {
+        let resp = self
+            .http
+            .delete(format!("{}/v1/workloads/{id}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Audit records, filtered: `(name, value)` pairs of `GET /v1/events`' parameters.
+    pub async fn events(
+        &self,
+        params: &[(&str, String)],
+    ) -> Result<crate::audit::AuditEventList, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/events", self.addr))
+            .query(params)
             .send()
             .await
             .map_err(|e| self.transport(e))?;

@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod audit;
+pub mod auth;
 pub mod capacity;
 pub mod client;
 pub mod clock;

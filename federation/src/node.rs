@@ -57,6 +57,10 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
     pub dispatch: DispatchConfig,
+    /// Bearer-token authentication of the API; `None` serves anonymously.
+    pub auth: Option<std::sync::Arc<crate::server::auth::Authenticator>>,
+    /// The bearer token this node sends when it asks to join through `join`.
+    pub join_token: Option<String>,
     /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
     /// its simulated members share.
     pub clock: SharedClock,
@@ -75,6 +79,8 @@ impl NodeConfig {
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
             dispatch: DispatchConfig::default(),
+            auth: None,
+            join_token: None,
             clock: RealClock::shared(),
         }
     }
@@ -145,30 +151,39 @@ impl Node {
             clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
+            auth: cfg.auth.clone(),
         };
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(crate::dispatcher::liveness::health_monitor(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            state.liveness.clone(),
-            cfg.dispatch.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::dispatcher::cycle::schedule_loop(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            state.liveness.clone(),
-            cfg.dispatch.clone(),
-            state.last_cycle.clone(),
-            state.metrics.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::dispatcher::tidal::tidal_loop(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            state.clock.clone(),
-        )));
+        let mut tasks = vec![
+            tokio::spawn(crate::dispatcher::liveness::health_monitor(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.liveness.clone(),
+                cfg.dispatch.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::cycle::schedule_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.liveness.clone(),
+                cfg.dispatch.clone(),
+                state.last_cycle.clone(),
+                state.metrics.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::tidal::tidal_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.clock.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::retention::compaction_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                cfg.dispatch.clone(),
+                cfg.clock.clone(),
+            )),
+        ];
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await
@@ -218,7 +233,7 @@ impl Node {
                     .map_err(|e| NodeError::Raft(e.to_string()))?;
                 Ok(())
             }
-            Some(via) => join_through(via, cfg.id, &me.addr).await,
+            Some(via) => join_through(via, cfg.id, &me.addr, cfg.join_token.as_deref()).await,
         }
     }
 
@@ -233,7 +248,12 @@ impl Node {
 
 /// Asks a member to add this node, retrying (with backoff and jitter) while the cluster
 /// elects or is busy.
-async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError> {
+async fn join_through(
+    via: &str,
+    id: NodeId,
+    addr: &str,
+    token: Option<&str>,
+) -> Result<(), NodeError> {
     let http = tideway_api::http::client_builder()
         .build()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -242,8 +262,11 @@ async fn join_through(via: &str, id: NodeId, addr: &str) -> Result<(), NodeError
         addr: addr.to_string(),
     };
     let attempt = || async {
-        let r = http
-            .post(format!("http://{via}/v1/cluster/join"))
+        let mut r = http.post(format!("http://{via}/v1/cluster/join"));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = r
             .json(&req)
             .timeout(Duration::from_secs(120))
             .send()

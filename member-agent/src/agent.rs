@@ -33,6 +33,8 @@ pub struct AgentConfig {
     pub status_interval: Duration,
     /// How long an assignment long-poll waits for a change.
     pub poll_wait: Duration,
+    /// Bearer token for a federation that requires one.
+    pub token: Option<String>,
 }
 
 impl AgentConfig {
@@ -46,6 +48,7 @@ impl AgentConfig {
             heartbeat_interval: Duration::from_secs(2),
             status_interval: Duration::from_secs(1),
             poll_wait: Duration::from_secs(20),
+            token: None,
         }
     }
 }
@@ -68,13 +71,13 @@ struct Federation {
 }
 
 impl Federation {
-    fn new(addrs: &[String]) -> Result<Self, AgentError> {
+    fn new(addrs: &[String], token: Option<&str>) -> Result<Self, AgentError> {
         if addrs.is_empty() {
             return Err(AgentError::NoFederation);
         }
         let clients = addrs
             .iter()
-            .map(|a| Client::new(a).map_err(|e| AgentError::Client(a.clone(), e)))
+            .map(|a| Client::with_token(a, token).map_err(|e| AgentError::Client(a.clone(), e)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             clients: Arc::new(clients),
@@ -314,7 +317,7 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
-    let fed = Federation::new(&cfg.federation)?;
+    let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
     register(&cfg, &fed, backend.as_ref(), &stop).await?;
     let tasks = vec![
         tokio::spawn(heartbeats(

@@ -380,9 +380,10 @@ impl Engine {
                     pool,
                     placements,
                 } => {
-                    let (Some(j), Some(c)) =
-                        (self.jobs().id(uid.as_str()), self.fleet().member_id(cluster.as_str()))
-                    else {
+                    let (Some(j), Some(c)) = (
+                        self.jobs().id(uid.as_str()),
+                        self.fleet().member_id(cluster.as_str()),
+                    ) else {
                         continue;
                     };
                     if self.assign(j, c, pool, placements.len() <= 1) {

@@ -42,6 +42,20 @@ pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     }
 }
 
+/// As [`cluster`], for servers that require a bearer token; the harness sends `token`.
+pub async fn cluster_with_token(n: u64, extra: &[&str], token: &str) -> TestCluster {
+    let guard = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ProcCluster::start_with_token(BIN, dir.path(), n, extra, Some(token.to_string()))
+        .await
+        .expect("start cluster");
+    TestCluster {
+        c,
+        _dir: dir,
+        _guard: guard,
+    }
+}
+
 pub fn workload_json(name: &str) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"training","priorityClass":"normal","podSets":[{{"name":"worker","count":2,"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":2}},"topology":{{"required":"rack"}},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
@@ -140,4 +154,20 @@ pub fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The `admin token: <token>` line `tideway dev` prints, read from its log.
+pub async fn dev_admin_token(log: &std::path::Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(t) = text.lines().find_map(|l| l.strip_prefix("admin token: ")) {
+            return t.trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tideway dev printed no admin token"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

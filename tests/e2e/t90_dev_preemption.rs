@@ -64,7 +64,8 @@ async fn a_high_priority_gang_preempts_low_work_after_its_minimum_runtime() {
         .stderr(log)
         .spawn()
         .expect("tideway dev starts"));
-    let c = Client::new(&addr).expect("client");
+    let token = crate::common::dev_admin_token(&dir.path().join("dev.log")).await;
+    let c = Client::with_token(&addr, Some(&token)).expect("client");
 
     // The default fleet has 128 H100 GPUs (sim-eu 80, sim-ap 48): fill them with 16
     // one-node low-priority jobs.

@@ -12,6 +12,7 @@ pub mod cycle;
 mod cycle_tests;
 pub mod estimates;
 pub mod liveness;
+pub mod retention;
 pub mod tidal;
 
 use std::time::Duration;
@@ -27,6 +28,10 @@ pub struct DispatchConfig {
     pub digest_interval: Duration,
     /// How often the leader runs a scheduling cycle.
     pub cycle_interval: Duration,
+    /// Terminal workloads stay readable this long after they finish, then are compacted.
+    pub retain_terminal: Duration,
+    /// How often the leader looks for terminal workloads past their retention.
+    pub compaction_interval: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -37,6 +42,8 @@ impl Default for DispatchConfig {
             not_ready_after: heartbeat_interval * 3,
             digest_interval: Duration::from_secs(5),
             cycle_interval: Duration::from_millis(500),
+            retain_terminal: Duration::from_secs(3600),
+            compaction_interval: Duration::from_secs(10),
         }
     }
 }

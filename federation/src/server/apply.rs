@@ -14,6 +14,7 @@ use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
 
 pub async fn apply(
     State(st): State<AppState>,
+    principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<AnyResource>, ApiError> {
@@ -58,7 +59,12 @@ pub async fn apply(
             ));
         }
     };
-    match st.proposer.propose(cmd).await? {
+    let actor = principal.map(|axum::Extension(p)| p.subject);
+    match st
+        .proposer
+        .propose(Command::by(actor.as_deref(), cmd))
+        .await?
+    {
         CommandResult::Created {
             object: StoredObject::Queue(q),
         } => Ok(Json(AnyResource::Queue(*q))),

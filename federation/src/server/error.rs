@@ -25,6 +25,15 @@ pub enum ApiError {
     Unavailable(String),
     #[error("{0}")]
     Forbidden(String),
+    #[error("this route does not answer that method")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The Idempotency-Key was used before for a different submission.
+    #[error(
+        "Idempotency-Key '{key}' was used for workload '{workload}' with other content; use a new key"
+    )]
+    KeyReused { key: String, workload: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -48,6 +57,14 @@ impl From<Rejection> for ApiError {
             Rejection::Invalid { errors } => ApiError::Invalid(errors),
             Rejection::Conflict { name } => ApiError::Conflict(format!(
                 "'{name}' exists, submitted with another idempotency key"
+            )),
+            Rejection::IdempotencyKeyReused { key, workload } => {
+                ApiError::KeyReused { key, workload }
+            }
+            Rejection::NotFound { what } => ApiError::NotFound(format!("{what} not found")),
+            Rejection::Terminal { name, phase } => ApiError::Conflict(format!(
+                "workload '{name}' already {}; it can no longer be cancelled",
+                phase.as_str()
             )),
         }
     }
@@ -87,6 +104,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ApiError::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -112,6 +132,23 @@ impl ApiError {
                 vec![],
             ),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden", vec![]),
+            ApiError::MethodNotAllowed => ("method-not-allowed", "Method not allowed", vec![]),
+            ApiError::Unauthenticated(_) => (
+                "unauthenticated",
+                "No valid credentials",
+                vec![FieldError::new(
+                    "header:Authorization",
+                    "a valid bearer token is required",
+                )],
+            ),
+            ApiError::KeyReused { workload, .. } => (
+                "idempotency-key-reused",
+                "The idempotency key was used for another submission",
+                vec![FieldError::new(
+                    "header:Idempotency-Key",
+                    format!("already used for workload '{workload}' with other content"),
+                )],
+            ),
             ApiError::Internal(_) => ("internal", "Internal error", vec![]),
         };
         let detail = match self {

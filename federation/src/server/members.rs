@@ -43,19 +43,37 @@ pub(crate) fn member_name(name: &str) -> Result<(), ApiError> {
 
 pub async fn register(
     State(st): State<AppState>,
+    principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
     let req: RegisterRequest = json_body(body)?;
+    let actor = principal
+        .as_ref()
+        .map(|axum::Extension(p)| p.subject.clone());
+    if let Some(axum::Extension(p)) = principal
+        && !super::authz::Access::of(&p).may_act_for(&req.member.metadata.name)
+    {
+        return Err(super::authz::deny(
+            &p,
+            format!(
+                "'{}' may not register member cluster '{}'",
+                p.subject, req.member.metadata.name
+            ),
+        ));
+    }
     req.member
         .validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     let res = st
         .proposer
-        .propose(Command::RegisterMember {
-            member: Box::new(req.member),
-            agent_version: req.agent_version,
-            at: st.clock.now(),
-        })
+        .propose(Command::by(
+            actor.as_deref(),
+            Command::RegisterMember {
+                member: Box::new(req.member),
+                agent_version: req.agent_version,
+                at: st.clock.now(),
+            },
+        ))
         .await?;
     Ok(Json(member_of(res)?))
 }

@@ -2,8 +2,11 @@
 //! forwarding endpoints between nodes (`/internal`), metrics and health.
 
 pub mod apply;
+pub mod auth;
+pub mod authz;
 pub mod cluster;
 pub mod error;
+pub mod events;
 pub mod explain;
 pub mod internal;
 pub mod members;
@@ -50,6 +53,8 @@ pub struct AppState {
     pub dispatch: DispatchConfig,
     /// The leader's last scheduling cycle, for `explain`.
     pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
+    /// Bearer-token authentication; `None` serves anonymously.
+    pub auth: Option<Arc<auth::Authenticator>>,
     /// The time records are stamped with.
     pub clock: SharedClock,
 }
@@ -105,9 +110,13 @@ pub fn router(state: AppState) -> Router {
             "/v1/workloads",
             post(workloads::submit).get(workloads::list),
         )
-        .route("/v1/workloads/{id}", get(workloads::get_one))
+        .route(
+            "/v1/workloads/{id}",
+            get(workloads::get_one).delete(workloads::cancel),
+        )
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
+        .route("/v1/events", get(events::list))
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/schedules", get(schedules::list))
         .route("/v1/schedules/{name}/timeline", get(schedules::timeline))
@@ -135,5 +144,14 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());
+    // After the merge, so that every route, the Raft transport's too, answers an unrouted
+    // method with problem+json (axum still adds the `Allow` header).
     api.merge(crate::raft::transport::router(state.raft.clone()))
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Layers run outside in: authenticate (the last added), then authorize.
+        .layer(axum::middleware::from_fn(authz::authorize))
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            auth::authenticate,
+        ))
 }

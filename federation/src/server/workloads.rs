@@ -1,15 +1,17 @@
-//! `/v1/workloads`: submit, get, list. Plus read-only listings of queues and priority classes.
+//! `/v1/workloads`: submit, get, list, cancel. Plus read-only listings of queues and priority classes.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
+use tideway_api::auth::Principal;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 
+use super::authz::{self, Access};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::state::command::{Command, CommandResult, StoredObject};
@@ -62,6 +64,7 @@ pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, Api
 
 pub async fn submit(
     State(st): State<AppState>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -69,14 +72,29 @@ pub async fn submit(
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
+    // Authenticated: the workload is the caller's, whatever the body claims, and only in a
+    // queue the caller may submit to.
+    let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
+    if let Some(Extension(p)) = principal {
+        if !Access::of(&p).may_submit_to(&w.spec.queue) {
+            return Err(authz::deny(
+                &p,
+                format!("'{}' may not submit to queue '{}'", p.subject, w.spec.queue),
+            ));
+        }
+        w.spec.user = Some(p.subject);
+    }
     w.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
-        if let Some(existing) = d.state.by_idempotency_key(&key) {
-            return Ok(Some(existing.clone()));
+        match d.state.replay(&key, &w) {
+            Some(Ok(existing)) => return Ok(Some(existing.clone())),
+            Some(Err(rejection)) => return Err(ApiError::from(rejection)),
+            None => {}
         }
-        let errs = d.state.check_references(&w);
+        let mut errs = d.state.check_references(&w);
+        errs.extend(d.state.check_permissions(&w));
         if errs.is_empty() {
             Ok(None)
         } else {
@@ -89,11 +107,14 @@ pub async fn submit(
     }
     w.status = None;
     w.metadata.uid = Some(tideway_api::new_uid());
-    let cmd = Command::SubmitWorkload {
-        workload: Box::new(w),
-        idempotency_key: key,
-        at: st.clock.now(),
-    };
+    let cmd = Command::by(
+        actor.as_deref(),
+        Command::SubmitWorkload {
+            workload: Box::new(w),
+            idempotency_key: key,
+            at: st.clock.now(),
+        },
+    );
     let result = st.proposer.propose(cmd).await;
     let resp = match result {
         Ok(CommandResult::Created {
@@ -163,6 +184,47 @@ pub async fn get_one(
     match w {
         Some(w) => Ok(Json(w).into_response()),
         None => Err(ApiError::NotFound(format!("workload '{id}' not found"))),
+    }
+}
+
+/// `DELETE /v1/workloads/{id}`: cancel. The leader's answer is the workload as cancelled; a
+/// workload that already finished is a 409, an unknown one a 404.
+pub async fn cancel(
+    State(st): State<AppState>,
+    principal: Option<Extension<Principal>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
+    if let Some(Extension(p)) = principal {
+        // The owner never changes, so this node's copy is good enough to decide on.
+        let owner = st.read(|d| d.state.workload(&id).map(|w| w.spec.user.clone()))?;
+        if let Some(owner) = owner
+            && !Access::of(&p).may_cancel(&p.subject, owner.as_deref())
+        {
+            return Err(authz::deny(
+                &p,
+                format!("'{}' may cancel only its own workloads", p.subject),
+            ));
+        }
+    }
+    let res = st
+        .proposer
+        .propose(Command::by(
+            actor.as_deref(),
+            Command::CancelWorkload {
+                id,
+                at: st.clock.now(),
+            },
+        ))
+        .await?;
+    match res {
+        CommandResult::Created {
+            object: StoredObject::Workload(w),
+        }
+        | CommandResult::Existing {
+            object: StoredObject::Workload(w),
+        } => Ok(Json(w).into_response()),
+        other => Err(ApiError::unexpected(other)),
     }
 }
 

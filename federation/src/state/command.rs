@@ -9,7 +9,7 @@ use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{
     ClusterName, FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue,
-    QuotaSchedule, Workload, WorkloadName,
+    QuotaSchedule, Workload, WorkloadName, WorkloadPhase,
 };
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
@@ -125,6 +125,33 @@ pub enum Command {
         boundary: DateTime<Utc>,
         at: DateTime<Utc>,
     },
+    /// A command on behalf of an authenticated subject, for the audit trail.
+    As {
+        actor: String,
+        command: Box<Command>,
+    },
+    /// Cancel a pending or running workload, by name or UID.
+    CancelWorkload { id: String, at: DateTime<Utc> },
+    /// Remove these terminal workloads, if they finished before `before` (chosen by the
+    /// leader from its retention setting; apply checks each again).
+    CompactWorkloads {
+        names: Vec<String>,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
+}
+
+impl Command {
+    /// `cmd` on behalf of `actor`, when there is one (an authenticated request).
+    pub fn by(actor: Option<&str>, cmd: Command) -> Command {
+        match actor {
+            Some(a) => Command::As {
+                actor: a.to_string(),
+                command: Box::new(cmd),
+            },
+            None => cmd,
+        }
+    }
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -153,6 +180,12 @@ pub enum Rejection {
     Invalid { errors: Vec<FieldError> },
     /// The name is taken by another object created with another idempotency key.
     Conflict { name: String },
+    /// The command names an object that does not exist.
+    NotFound { what: String },
+    /// The idempotency key created `workload` from other content.
+    IdempotencyKeyReused { key: String, workload: String },
+    /// The workload already finished; it cannot be changed any more.
+    Terminal { name: String, phase: WorkloadPhase },
 }
 
 /// An object as the state machine stored it.

@@ -3,8 +3,11 @@
 //! Apply is a pure function of (state, log index, command): no clock, no randomness, no I/O,
 //! so every node that applies the same log holds the same bytes.
 
+pub mod audit;
 pub mod bootstrap;
 pub mod command;
+pub mod idempotency;
+pub mod lifecycle;
 pub mod members;
 pub mod scheduling;
 pub mod tidal;
@@ -24,6 +27,14 @@ pub const IDEMPOTENCY_RETENTION_SECS: i64 = 24 * 3600;
 pub struct IdempotencyRecord {
     pub workload: String,
     pub at: DateTime<Utc>,
+    /// The UID of the workload the key created: once that workload is compacted and its name
+    /// reused, the key must not answer with the newcomer.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// [`idempotency::submission_digest`] of what the key submitted: the same key with other
+    /// content is refused, never answered with the first workload.
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -52,6 +63,9 @@ pub struct FederationState {
     pub tidal: tidal::TidalState,
     /// The latest time any applied command carried; apply never looks at a clock.
     pub clock: Option<DateTime<Utc>>,
+    /// Every change, with its actor.
+    #[serde(default)]
+    pub audit: audit::AuditTrail,
 }
 
 impl Default for FederationState {
@@ -77,6 +91,7 @@ impl Default for FederationState {
             scheduling: Default::default(),
             tidal: Default::default(),
             clock: None,
+            audit: Default::default(),
         }
     }
 }
@@ -100,6 +115,55 @@ impl FederationState {
         errs
     }
 
+    /// What the queue and the priority class permit, checked at submission: the queue's
+    /// workload classes, and the class's `allowedUsers` and `allowedQueues` (`spec.user` is
+    /// the authenticated subject when the API authenticates).
+    ///
+    /// Not re-checked in apply: a rule changed later must not turn an entry accepted before
+    /// into a rejection when the log is replayed.
+    pub fn check_permissions(&self, w: &Workload) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if let Some(q) = self.queues.get(&w.spec.queue)
+            && !q.spec.serves(w.spec.class)
+        {
+            let classes: Vec<&str> = q.spec.classes.iter().map(|c| c.as_str()).collect();
+            errs.push(FieldError::new(
+                "spec.class",
+                format!(
+                    "queue '{}' accepts only {} workloads, not {}",
+                    w.spec.queue,
+                    classes.join(", "),
+                    w.spec.class.as_str()
+                ),
+            ));
+        }
+        if let Some(pc) = self.priority_classes.get(&w.spec.priority_class) {
+            let user = w.spec.user.as_deref();
+            let allowed = &pc.spec.allowed_users;
+            if !allowed.is_empty() && !user.is_some_and(|u| allowed.iter().any(|a| a == u)) {
+                errs.push(FieldError::new(
+                    "spec.priorityClass",
+                    format!(
+                        "priority class '{}' is not allowed for user '{}'",
+                        w.spec.priority_class,
+                        user.unwrap_or("(anonymous)")
+                    ),
+                ));
+            }
+            let queues = &pc.spec.allowed_queues;
+            if !queues.is_empty() && !queues.contains(&w.spec.queue) {
+                errs.push(FieldError::new(
+                    "spec.priorityClass",
+                    format!(
+                        "priority class '{}' is not allowed in queue '{}'",
+                        w.spec.priority_class, w.spec.queue
+                    ),
+                ));
+            }
+        }
+        errs
+    }
+
     /// Looks a workload up by name or by UID.
     pub fn workload(&self, id: &str) -> Option<&Workload> {
         self.workloads
@@ -111,11 +175,38 @@ impl FederationState {
     pub fn by_idempotency_key(&self, key: &str) -> Option<&Workload> {
         self.idempotency
             .get(key)
-            .and_then(|r| self.workloads.get(&r.workload))
+            .and_then(|r| self.workloads.get(&r.workload).map(|w| (r, w)))
+            .filter(|(r, w)| r.uid.is_none() || r.uid == w.metadata.uid)
+            .map(|(_, w)| w)
+    }
+
+    /// What a submission of `w` under `key` answers without creating anything: the workload
+    /// the key created before (a replay), or a refusal if the key was used for other content.
+    /// `None`: the key is new (or forgotten), go on and create.
+    pub fn replay(&self, key: &str, w: &Workload) -> Option<Result<&Workload, Rejection>> {
+        let rec = self.idempotency.get(key)?;
+        let existing = self.by_idempotency_key(key)?;
+        match &rec.digest {
+            Some(d) if *d != idempotency::submission_digest(w) => {
+                Some(Err(Rejection::IdempotencyKeyReused {
+                    key: key.to_string(),
+                    workload: existing.metadata.name.clone(),
+                }))
+            }
+            _ => Some(Ok(existing)),
+        }
     }
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
+        let (hint, actor) = audit::Hint::of(&cmd);
+        let res = self.apply_command(index, cmd);
+        self.record(index, hint, actor, &res);
+        res
+    }
+
+    fn apply_command(&mut self, index: u64, cmd: Command) -> CommandResult {
         match cmd {
+            Command::As { command, .. } => self.apply_command(index, *command),
             Command::SubmitWorkload {
                 workload,
                 idempotency_key,
@@ -201,6 +292,14 @@ impl FederationState {
                 self.tick(at);
                 self.tidal_transition(&schedule, from, to, boundary, at, index)
             }
+            Command::CancelWorkload { id, at } => {
+                self.tick(at);
+                self.cancel(&id, at, index)
+            }
+            Command::CompactWorkloads { names, before, at } => {
+                self.tick(at);
+                self.compact(&names, before)
+            }
         }
     }
 
@@ -231,10 +330,14 @@ impl FederationState {
         at: DateTime<Utc>,
     ) -> CommandResult {
         self.tick(at);
-        if let Some(existing) = self.by_idempotency_key(&key) {
-            return CommandResult::Existing {
-                object: StoredObject::Workload(Box::new(existing.clone())),
-            };
+        match self.replay(&key, &w) {
+            Some(Ok(existing)) => {
+                return CommandResult::Existing {
+                    object: StoredObject::Workload(Box::new(existing.clone())),
+                };
+            }
+            Some(Err(rejection)) => return CommandResult::Rejected { rejection },
+            None => {}
         }
         if self.workloads.contains_key(&w.metadata.name) {
             return CommandResult::Rejected {
@@ -265,11 +368,56 @@ impl FederationState {
             IdempotencyRecord {
                 workload: w.metadata.name.clone(),
                 at,
+                uid: w.metadata.uid.clone(),
+                digest: Some(idempotency::submission_digest(&w)),
             },
         );
         self.workloads.insert(w.metadata.name.clone(), w.clone());
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(w)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{PodSet, Queue, QueueSpec, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+
+    fn w(queue: &str, class: WorkloadClass, pc: &str, user: Option<&str>) -> Workload {
+        let mut spec = WorkloadSpec::new(queue, class, vec![PodSet::new("p", 1, 1, "L40S")]);
+        spec.priority_class = pc.into();
+        spec.user = user.map(str::to_string);
+        Workload::new("w", spec)
+    }
+
+    #[test]
+    fn the_queue_classes_and_the_priority_class_rules_are_named_by_field() {
+        let mut s = FederationState::default();
+        let mut spec = QueueSpec::new("ml");
+        spec.classes = vec![WorkloadClass::Training];
+        s.queues.insert("train".into(), Queue::new("train", spec));
+        let mut pc = PriorityClass::new("vip", tideway_api::PriorityClassSpec::new(1000));
+        pc.spec.allowed_users = vec!["alice".into()];
+        pc.spec.allowed_queues = vec!["train".into()];
+        s.priority_classes.insert("vip".into(), pc);
+
+        let ok = w("train", WorkloadClass::Training, "vip", Some("alice"));
+        assert!(s.check_permissions(&ok).is_empty());
+        let errs = s.check_permissions(&w("train", WorkloadClass::Inference, "normal", None));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "spec.class");
+        assert!(errs[0].reason.contains("accepts only training"), "{errs:?}");
+        let errs = s.check_permissions(&w("default", WorkloadClass::Training, "vip", Some("bob")));
+        let reasons: Vec<&str> = errs.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "priority class 'vip' is not allowed for user 'bob'",
+                "priority class 'vip' is not allowed in queue 'default'"
+            ]
+        );
+        assert!(errs.iter().all(|e| e.field == "spec.priorityClass"));
     }
 }

@@ -47,6 +47,8 @@ pub struct ProcCluster {
     pub agents: BTreeMap<String, ProcAgent>,
     /// Extra flags for every server (e.g. `--fault-injection`).
     pub extra_args: Vec<String>,
+    /// Bearer token the harness sends, for a cluster started with `--auth-tokens`.
+    pub token: Option<String>,
 }
 
 impl ProcCluster {
@@ -57,6 +59,7 @@ impl ProcCluster {
             nodes: BTreeMap::new(),
             agents: BTreeMap::new(),
             extra_args: Vec::new(),
+            token: None,
         }
     }
 
@@ -67,8 +70,21 @@ impl ProcCluster {
         n: u64,
         extra_args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_with_token(bin, dir, n, extra_args, None).await
+    }
+
+    /// As [`ProcCluster::start`], for servers that require `token` (given in `extra_args`'
+    /// `--auth-tokens` file and passed to joining nodes with `--token-file`).
+    pub async fn start_with_token(
+        bin: impl Into<PathBuf>,
+        dir: impl Into<PathBuf>,
+        n: u64,
+        extra_args: &[&str],
+        token: Option<String>,
+    ) -> anyhow::Result<Self> {
         let mut c = Self::new(bin, dir);
         c.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        c.token = token;
         c.add_node(1, None).await?;
         for id in 2..=n {
             let via = c.nodes[&1].addr.clone();
@@ -80,7 +96,10 @@ impl ProcCluster {
     }
 
     pub fn client(&self, id: u64) -> anyhow::Result<Client> {
-        Ok(Client::new(&self.nodes[&id].addr)?)
+        Ok(Client::with_token(
+            &self.nodes[&id].addr,
+            self.token.as_deref(),
+        )?)
     }
 
     pub fn addrs(&self) -> Vec<String> {

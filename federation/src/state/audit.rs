@@ -1,0 +1,488 @@
+//! The audit trail, kept in the replicated state: every change apply makes leaves a record
+//! with its actor, its time, the policy version in force and the evidence.
+//!
+//! Records are derived in apply from the command and what it changed (a workload whose
+//! resource version is now this entry's index changed here), so every node holds the same
+//! trail, and the code that changes state needs no audit calls of its own. Compaction of
+//! workloads leaves their records; the trail itself keeps the newest [`MAX_EVENTS`].
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tideway_api::agent::Desired;
+use tideway_api::audit::{AuditEvent, AuditKind};
+use tideway_api::{MemberPhase, WorkloadPhase};
+
+use super::FederationState;
+use super::command::{Command, CommandResult, StoredObject};
+
+/// The trail keeps this many records, dropping the oldest.
+pub const MAX_EVENTS: usize = 200_000;
+
+/// The actor of what the leader decides on its own.
+pub const LEADER: &str = "system:leader";
+/// The actor of an unauthenticated request (an anonymous, loopback-only server).
+pub const ANONYMOUS: &str = "anonymous";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditTrail {
+    pub events: VecDeque<AuditEvent>,
+    pub next_seq: u64,
+    /// The log index of the last queue or priority class change.
+    pub policy_version: u64,
+}
+
+/// What a command is about, taken before apply consumes it.
+pub(super) enum Hint {
+    Submit,
+    Cancel,
+    Policy {
+        kind: &'static str,
+        name: String,
+    },
+    Register {
+        name: String,
+    },
+    Health {
+        name: String,
+        phase: MemberPhase,
+    },
+    Assign {
+        assigns: Vec<(String, String)>,
+        victims: Vec<(String, String, String, u64)>,
+    },
+    Report {
+        cluster: String,
+        uids: Vec<String>,
+    },
+    Compact {
+        names: Vec<String>,
+    },
+    Quiet,
+}
+
+impl Hint {
+    pub(super) fn of(cmd: &Command) -> (Hint, String) {
+        match cmd {
+            Command::SubmitWorkload { .. } => (Hint::Submit, ANONYMOUS.into()),
+            Command::CancelWorkload { .. } => (Hint::Cancel, ANONYMOUS.into()),
+            Command::PutQueue { queue, .. } => (
+                Hint::Policy {
+                    kind: "queue",
+                    name: queue.metadata.name.clone(),
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::PutPriorityClass { priority_class, .. } => (
+                Hint::Policy {
+                    kind: "priority class",
+                    name: priority_class.metadata.name.clone(),
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::RegisterMember { member, .. } => (
+                Hint::Register {
+                    name: member.metadata.name.clone(),
+                },
+                format!("agent:{}", member.metadata.name),
+            ),
+            Command::MemberHealth { name, phase, .. } => (
+                Hint::Health {
+                    name: name.clone(),
+                    phase: *phase,
+                },
+                LEADER.into(),
+            ),
+            Command::Assign {
+                workload, cluster, ..
+            } => (
+                Hint::Assign {
+                    assigns: vec![(workload.to_string(), cluster.to_string())],
+                    victims: vec![],
+                },
+                LEADER.into(),
+            ),
+            Command::ApplyCycle { decisions, .. } => (
+                Hint::Assign {
+                    assigns: decisions
+                        .assign
+                        .iter()
+                        .map(|a| (a.workload.to_string(), a.cluster.to_string()))
+                        .collect(),
+                    victims: decisions
+                        .preempt
+                        .iter()
+                        .flat_map(|p| {
+                            p.victims.iter().map(|v| {
+                                (
+                                    v.to_string(),
+                                    p.cluster.to_string(),
+                                    p.preemptor.to_string(),
+                                    p.grace_seconds,
+                                )
+                            })
+                        })
+                        .collect(),
+                },
+                LEADER.into(),
+            ),
+            Command::ReportStatus { cluster, statuses } => (
+                Hint::Report {
+                    cluster: cluster.to_string(),
+                    uids: statuses.iter().map(|s| s.uid.clone()).collect(),
+                },
+                format!("agent:{cluster}"),
+            ),
+            Command::CompactWorkloads { names, .. } => (
+                Hint::Compact {
+                    names: names.clone(),
+                },
+                LEADER.into(),
+            ),
+            Command::As { actor, command } => {
+                let (hint, _) = Hint::of(command);
+                (hint, actor.clone())
+            }
+            _ => (Hint::Quiet, LEADER.into()),
+        }
+    }
+}
+
+/// Fields of one record, before it gets its place in the trail.
+struct Rec {
+    kind: AuditKind,
+    workload: Option<String>,
+    queue: Option<String>,
+    cluster: Option<String>,
+    evidence: String,
+}
+
+impl FederationState {
+    /// Appends the records of what the command at `index` changed.
+    pub(super) fn record(&mut self, index: u64, hint: Hint, actor: String, res: &CommandResult) {
+        let at = self.clock.unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
+        let mut recs = Vec::new();
+        match (hint, res) {
+            (
+                Hint::Submit,
+                CommandResult::Created {
+                    object: StoredObject::Workload(w),
+                },
+            ) => recs.push(Rec {
+                kind: AuditKind::Submitted,
+                workload: Some(w.metadata.name.clone()),
+                queue: Some(w.spec.queue.clone()),
+                cluster: None,
+                evidence: format!(
+                    "submitted to queue '{}' with priority class '{}' by user {}",
+                    w.spec.queue,
+                    w.spec.priority_class,
+                    w.spec.user.as_deref().unwrap_or("(none)")
+                ),
+            }),
+            (
+                Hint::Cancel,
+                CommandResult::Created {
+                    object: StoredObject::Workload(w),
+                },
+            ) => recs.push(Rec {
+                kind: AuditKind::Cancelled,
+                workload: Some(w.metadata.name.clone()),
+                queue: Some(w.spec.queue.clone()),
+                cluster: None,
+                evidence: w
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.message.clone())
+                    .unwrap_or_else(|| "cancelled".into()),
+            }),
+            (Hint::Policy { kind, name }, CommandResult::Created { .. }) => {
+                self.audit.policy_version = index;
+                recs.push(Rec {
+                    kind: AuditKind::PolicyChanged,
+                    workload: None,
+                    queue: (kind == "queue").then(|| name.clone()),
+                    cluster: None,
+                    evidence: format!("{kind} '{name}' created or replaced"),
+                });
+            }
+            (Hint::Register { name }, CommandResult::Created { .. }) => recs.push(Rec {
+                kind: AuditKind::MemberRegistered,
+                workload: None,
+                queue: None,
+                evidence: format!(
+                    "member cluster '{name}' registered in region '{}'",
+                    self.members
+                        .get(&name)
+                        .map(|m| m.cluster.spec.region.as_str())
+                        .unwrap_or("?")
+                ),
+                cluster: Some(name),
+            }),
+            (Hint::Health { name, phase }, CommandResult::Created { .. }) => recs.push(Rec {
+                kind: AuditKind::MemberHealth,
+                workload: None,
+                queue: None,
+                evidence: format!(
+                    "member cluster '{name}' is {phase:?}: {}",
+                    self.members
+                        .get(&name)
+                        .and_then(|m| m.cluster.status.as_ref())
+                        .and_then(|s| s.message.clone())
+                        .unwrap_or_default()
+                ),
+                cluster: Some(name),
+            }),
+            (Hint::Assign { assigns, victims }, _) => {
+                for (name, cluster) in assigns {
+                    let Some(w) = self.workloads.get(&name) else {
+                        continue;
+                    };
+                    let st = w.status.clone().unwrap_or_default();
+                    if w.metadata.resource_version == Some(index)
+                        && st.cluster.as_deref() == Some(cluster.as_str())
+                    {
+                        recs.push(Rec {
+                            kind: AuditKind::Assigned,
+                            workload: Some(name.clone()),
+                            queue: Some(w.spec.queue.clone()),
+                            evidence: format!("attempt {} placed on {cluster}", st.attempts),
+                            cluster: Some(cluster),
+                        });
+                    }
+                }
+                for (uid, cluster, preemptor, grace) in victims {
+                    let Some(rec) = self.assignments.get(&cluster).and_then(|m| m.get(&uid)) else {
+                        continue;
+                    };
+                    if rec.revision != index || !matches!(rec.desired, Desired::Preempt { .. }) {
+                        continue;
+                    }
+                    let w = &rec.assignment.workload;
+                    let checkpoint = w
+                        .spec
+                        .checkpoint
+                        .as_ref()
+                        .and_then(|c| c.last_checkpoint_at)
+                        .map_or("no checkpoint reported".to_string(), |t| {
+                            format!("last checkpoint at {t}")
+                        });
+                    recs.push(Rec {
+                        kind: AuditKind::Preempted,
+                        workload: Some(w.metadata.name.clone()),
+                        queue: Some(w.spec.queue.clone()),
+                        evidence: format!(
+                            "to make room for {preemptor}: checkpoint and stop within {grace} s \
+                             (notice at {at}); {checkpoint}"
+                        ),
+                        cluster: Some(cluster),
+                    });
+                }
+            }
+            (Hint::Report { cluster, uids }, _) => {
+                for uid in uids {
+                    let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get(n)) else {
+                        continue;
+                    };
+                    if w.metadata.resource_version != Some(index) {
+                        continue;
+                    }
+                    let st = w.status.clone().unwrap_or_default();
+                    let kind = match st.phase {
+                        WorkloadPhase::Running => AuditKind::Running,
+                        WorkloadPhase::Succeeded => AuditKind::Succeeded,
+                        WorkloadPhase::Failed => AuditKind::Failed,
+                        WorkloadPhase::Pending => AuditKind::Requeued,
+                        _ => continue,
+                    };
+                    recs.push(Rec {
+                        kind,
+                        workload: Some(w.metadata.name.clone()),
+                        queue: Some(w.spec.queue.clone()),
+                        cluster: Some(cluster.clone()),
+                        evidence: st.message.unwrap_or_default(),
+                    });
+                }
+            }
+            (Hint::Compact { names }, CommandResult::Updated { count }) if *count > 0 => {
+                let gone: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !self.workloads.contains_key(*n))
+                    .collect();
+                for name in gone {
+                    recs.push(Rec {
+                        kind: AuditKind::Compacted,
+                        workload: Some(name.clone()),
+                        queue: None,
+                        cluster: None,
+                        evidence: "terminal past retention: removed from the live state".into(),
+                    });
+                }
+            }
+            _ => {}
+        }
+        for r in recs {
+            let seq = self.audit.next_seq;
+            self.audit.next_seq += 1;
+            self.audit.events.push_back(AuditEvent {
+                seq,
+                index,
+                at,
+                kind: r.kind,
+                actor: actor.clone(),
+                policy_version: self.audit.policy_version,
+                workload: r.workload,
+                queue: r.queue,
+                cluster: r.cluster,
+                evidence: r.evidence,
+            });
+        }
+        while self.audit.events.len() > MAX_EVENTS {
+            self.audit.events.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tideway_api::agent::{LocalPhase, LocalStatus};
+    use tideway_api::{
+        MemberCluster, MemberClusterSpec, PodSet, Queue, QueueSpec, Workload, WorkloadClass,
+        WorkloadSpec,
+    };
+
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("time")
+    }
+
+    #[test]
+    fn every_change_of_a_workload_has_a_record_with_actor_and_policy_version_in_order() {
+        let mut s = FederationState::default();
+        s.apply(
+            1,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(0),
+            },
+        );
+        s.apply(
+            2,
+            Command::by(
+                Some("root"),
+                Command::PutQueue {
+                    queue: Box::new(Queue::new("research", QueueSpec::new("ml"))),
+                    at: t(1),
+                },
+            ),
+        );
+        let mut w = Workload::new(
+            "job",
+            WorkloadSpec::new(
+                "research",
+                WorkloadClass::Training,
+                vec![PodSet::new("w", 1, 8, "H100")],
+            ),
+        );
+        w.metadata.uid = Some("u1".into());
+        let submit = Command::by(
+            Some("alice"),
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "k".into(),
+                at: t(2),
+            },
+        );
+        s.apply(3, submit.clone());
+        // A replay changes nothing and records nothing.
+        s.apply(4, submit);
+        s.apply(
+            5,
+            Command::Assign {
+                workload: "job".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(3),
+            },
+        );
+        let running = LocalStatus {
+            uid: "u1".into(),
+            attempt: 1,
+            phase: LocalPhase::Running,
+            since: t(4),
+            nodes: vec![],
+        };
+        s.apply(
+            6,
+            Command::ReportStatus {
+                cluster: "a".into(),
+                statuses: vec![running.clone()],
+            },
+        );
+        // The same report again changes nothing.
+        s.apply(
+            7,
+            Command::ReportStatus {
+                cluster: "a".into(),
+                statuses: vec![running],
+            },
+        );
+        s.apply(
+            8,
+            Command::by(
+                Some("olga"),
+                Command::CancelWorkload {
+                    id: "job".into(),
+                    at: t(5),
+                },
+            ),
+        );
+        s.apply(
+            9,
+            Command::CompactWorkloads {
+                names: vec!["job".into()],
+                before: t(100),
+                at: t(100),
+            },
+        );
+        let trail: Vec<(AuditKind, &str, u64, u64)> = s
+            .audit
+            .events
+            .iter()
+            .filter(|e| e.workload.as_deref() == Some("job"))
+            .map(|e| (e.kind, e.actor.as_str(), e.index, e.policy_version))
+            .collect();
+        assert_eq!(
+            trail,
+            vec![
+                (AuditKind::Submitted, "alice", 3, 2),
+                (AuditKind::Assigned, LEADER, 5, 2),
+                (AuditKind::Running, "agent:a", 6, 2),
+                (AuditKind::Cancelled, "olga", 8, 2),
+                (AuditKind::Compacted, LEADER, 9, 2),
+            ]
+        );
+        let kinds: Vec<AuditKind> = s.audit.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds[..2],
+            [AuditKind::MemberRegistered, AuditKind::PolicyChanged]
+        );
+        assert_eq!(s.audit.events[1].actor, "root");
+        let seqs: Vec<u64> = s.audit.events.iter().map(|e| e.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+        assert!(
+            !s.workloads.contains_key("job"),
+            "compacted, its records stay"
+        );
+    }
+}

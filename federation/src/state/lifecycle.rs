@@ -1,0 +1,378 @@
+//! The end of a workload's life: cancellation, and compaction of terminal workloads out of
+//! the live state.
+//!
+//! A cancel is a log entry like a submission, so every node agrees on the moment the workload
+//! stopped counting against quota. A workload on a member keeps its assignment record, now
+//! saying `Cancel`, so the agent learns of it through the same revision stream it reads for
+//! new work. Compaction names the workloads it removes (the leader chose them); apply checks
+//! each again, so a log replayed anywhere removes exactly the same ones.
+
+use chrono::{DateTime, Utc};
+use tideway_api::agent::Desired;
+use tideway_api::{Workload, WorkloadPhase};
+
+use super::FederationState;
+use super::command::{CommandResult, Rejection, StoredObject};
+
+/// At most this many workloads are compacted by one command, so that one entry stays small.
+pub const MAX_COMPACT_BATCH: usize = 1000;
+
+/// When a terminal workload finished, for retention: its own finish time, else its
+/// submission time (a workload that never ran still ages out).
+fn finished_at(w: &Workload) -> Option<DateTime<Utc>> {
+    let st = w.status.as_ref()?;
+    if !st.phase.is_terminal() {
+        return None;
+    }
+    st.finished_at
+        .or(st.submitted_at)
+        .or(w.metadata.creation_timestamp)
+}
+
+impl FederationState {
+    /// Cancels a pending or running workload, by name or UID. Cancelling a cancelled workload
+    /// answers it unchanged; one that already succeeded or failed is refused.
+    pub(super) fn cancel(&mut self, id: &str, at: DateTime<Utc>, index: u64) -> CommandResult {
+        let Some(name) = self
+            .workloads
+            .contains_key(id)
+            .then(|| id.to_string())
+            .or_else(|| self.uids.get(id).cloned())
+        else {
+            return CommandResult::Rejected {
+                rejection: Rejection::NotFound {
+                    what: format!("workload '{id}'"),
+                },
+            };
+        };
+        let Some(w) = self.workloads.get_mut(&name) else {
+            return CommandResult::Rejected {
+                rejection: Rejection::NotFound {
+                    what: format!("workload '{id}'"),
+                },
+            };
+        };
+        let uid = w.metadata.uid.clone().unwrap_or_default();
+        let status = w.status.get_or_insert_with(Default::default);
+        match status.phase {
+            WorkloadPhase::Cancelled => {
+                return CommandResult::Existing {
+                    object: StoredObject::Workload(Box::new(w.clone())),
+                };
+            }
+            phase @ (WorkloadPhase::Succeeded | WorkloadPhase::Failed) => {
+                return CommandResult::Rejected {
+                    rejection: Rejection::Terminal { name, phase },
+                };
+            }
+            _ => {}
+        }
+        let cluster = status.cluster.take();
+        status.phase = WorkloadPhase::Cancelled;
+        status.pending_reason = None;
+        status.finished_at = Some(at);
+        status.message = Some(match &cluster {
+            Some(c) => format!("cancelled; {c} is told to stop it"),
+            None => "cancelled".to_string(),
+        });
+        w.metadata.resource_version = Some(index);
+        let stored = w.clone();
+        if let Some(rec) = cluster
+            .as_ref()
+            .and_then(|c| self.assignments.get_mut(c))
+            .and_then(|m| m.get_mut(&uid))
+        {
+            rec.desired = Desired::Cancel;
+            rec.revision = index;
+        }
+        self.scheduling.placements.remove(&uid);
+        self.scheduling.preempting.remove(&uid);
+        self.scheduling.reservations.retain(|r| uid != r.uid);
+        CommandResult::Created {
+            object: StoredObject::Workload(Box::new(stored)),
+        }
+    }
+
+    /// The terminal workloads that finished before `before`, oldest submission first, at most
+    /// `limit`: what the leader proposes to compact.
+    pub fn compactable(&self, before: DateTime<Utc>, limit: usize) -> Vec<String> {
+        self.order
+            .values()
+            .filter(|name| {
+                self.workloads
+                    .get(*name)
+                    .and_then(finished_at)
+                    .is_some_and(|f| f < before)
+            })
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// Removes the named workloads if they are still terminal and finished before `before`;
+    /// their names become free for new submissions. Answers how many went.
+    pub(super) fn compact(&mut self, names: &[String], before: DateTime<Utc>) -> CommandResult {
+        let mut removed = 0u32;
+        for name in names {
+            let Some(w) = self.workloads.get(name) else {
+                continue;
+            };
+            if finished_at(w).is_none_or(|f| f >= before) {
+                continue;
+            }
+            let Some(w) = self.workloads.remove(name) else {
+                continue;
+            };
+            if let Some(uid) = &w.metadata.uid {
+                self.uids.remove(uid);
+                for recs in self.assignments.values_mut() {
+                    recs.remove(uid);
+                }
+                self.scheduling.placements.remove(uid);
+                self.scheduling.preempting.remove(uid);
+            }
+            removed += 1;
+        }
+        if removed > 0 {
+            let workloads = &self.workloads;
+            self.order.retain(|_, n| workloads.contains_key(n));
+        }
+        CommandResult::Updated { count: removed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tideway_api::{
+        MemberCluster, MemberClusterSpec, PodSet, Workload, WorkloadClass, WorkloadSpec,
+    };
+
+    use super::*;
+    use crate::state::command::Command;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("time")
+    }
+
+    fn workload(name: &str) -> Workload {
+        let mut w = Workload::new(
+            name,
+            WorkloadSpec::new(
+                "default",
+                WorkloadClass::Training,
+                vec![PodSet::new("worker", 1, 1, "H100")],
+            ),
+        );
+        w.metadata.uid = Some(format!("uid-{name}"));
+        w
+    }
+
+    fn submit(s: &mut FederationState, index: u64, name: &str, key: &str) -> CommandResult {
+        s.apply(
+            index,
+            Command::SubmitWorkload {
+                workload: Box::new(workload(name)),
+                idempotency_key: key.into(),
+                at: t(index as i64),
+            },
+        )
+    }
+
+    fn with_member() -> FederationState {
+        let mut s = FederationState::default();
+        s.apply(
+            1,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(0),
+            },
+        );
+        s
+    }
+
+    fn phase(s: &FederationState, name: &str) -> WorkloadPhase {
+        s.workloads[name].status.as_ref().expect("status").phase
+    }
+
+    #[test]
+    fn cancelling_an_assigned_workload_tells_its_member_to_remove_it() {
+        let mut s = with_member();
+        submit(&mut s, 2, "w", "k");
+        s.apply(
+            3,
+            Command::Assign {
+                workload: "w".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(3),
+            },
+        );
+        let res = s.apply(
+            4,
+            Command::CancelWorkload {
+                id: "uid-w".into(),
+                at: t(4),
+            },
+        );
+        assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");
+        assert_eq!(phase(&s, "w"), WorkloadPhase::Cancelled);
+        let rec = &s.assignments["a"]["uid-w"];
+        assert_eq!(rec.desired, Desired::Cancel);
+        assert_eq!(
+            rec.revision, 4,
+            "the agent sees the change after revision 3"
+        );
+        assert_eq!(
+            s.workloads["w"].status.as_ref().and_then(|x| x.finished_at),
+            Some(t(4))
+        );
+        // A late Running report from the member does not bring it back.
+        s.apply(
+            5,
+            Command::ReportStatus {
+                cluster: "a".into(),
+                statuses: vec![tideway_api::agent::LocalStatus {
+                    uid: "uid-w".into(),
+                    attempt: 1,
+                    phase: tideway_api::agent::LocalPhase::Running,
+                    since: t(5),
+                    nodes: vec![],
+                }],
+            },
+        );
+        assert_eq!(phase(&s, "w"), WorkloadPhase::Cancelled);
+    }
+
+    #[test]
+    fn cancel_is_idempotent_refuses_finished_work_and_names_the_unknown() {
+        let mut s = with_member();
+        submit(&mut s, 2, "w", "k");
+        let cancel = |s: &mut FederationState, i: u64, id: &str| {
+            s.apply(
+                i,
+                Command::CancelWorkload {
+                    id: id.into(),
+                    at: t(i as i64),
+                },
+            )
+        };
+        assert!(matches!(
+            cancel(&mut s, 3, "w"),
+            CommandResult::Created { .. }
+        ));
+        let again = cancel(&mut s, 4, "w");
+        let CommandResult::Existing {
+            object: StoredObject::Workload(w),
+        } = again
+        else {
+            panic!("second cancel answers the workload: {again:?}");
+        };
+        assert_eq!(w.metadata.resource_version, Some(3), "nothing changed");
+        assert_eq!(
+            cancel(&mut s, 5, "nope"),
+            CommandResult::Rejected {
+                rejection: Rejection::NotFound {
+                    what: "workload 'nope'".into()
+                }
+            }
+        );
+        if let Some(st) = s.workloads.get_mut("w").and_then(|w| w.status.as_mut()) {
+            st.phase = WorkloadPhase::Succeeded;
+        }
+        assert_eq!(
+            cancel(&mut s, 6, "w"),
+            CommandResult::Rejected {
+                rejection: Rejection::Terminal {
+                    name: "w".into(),
+                    phase: WorkloadPhase::Succeeded
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn compaction_frees_the_name_and_forgets_the_old_key() {
+        let mut s = with_member();
+        submit(&mut s, 2, "w", "k1");
+        submit(&mut s, 3, "live", "k2");
+        s.apply(
+            4,
+            Command::CancelWorkload {
+                id: "w".into(),
+                at: t(4),
+            },
+        );
+        // Retention not over yet: nothing is compactable.
+        assert!(s.compactable(t(4), 10).is_empty());
+        let names = s.compactable(t(100), 10);
+        assert_eq!(names, vec!["w".to_string()], "only the terminal one");
+        // A name proposed for compaction that is not terminal stays.
+        let res = s.apply(
+            5,
+            Command::CompactWorkloads {
+                names: vec!["w".into(), "live".into()],
+                before: t(100),
+                at: t(5),
+            },
+        );
+        assert_eq!(res, CommandResult::Updated { count: 1 });
+        assert!(!s.workloads.contains_key("w"));
+        assert!(!s.uids.contains_key("uid-w"));
+        assert_eq!(s.order.values().collect::<Vec<_>>(), vec!["live"]);
+        // The old key no longer answers with whatever now holds the name.
+        assert!(s.by_idempotency_key("k1").is_none());
+        let mut again = workload("w");
+        again.metadata.uid = Some("uid-w2".into());
+        let res = s.apply(
+            6,
+            Command::SubmitWorkload {
+                workload: Box::new(again),
+                idempotency_key: "k3".into(),
+                at: t(6),
+            },
+        );
+        assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");
+        assert!(s.by_idempotency_key("k1").is_none());
+        assert_eq!(
+            s.by_idempotency_key("k3")
+                .and_then(|w| w.metadata.uid.clone()),
+            Some("uid-w2".into())
+        );
+    }
+
+    #[test]
+    fn compaction_is_deterministic_across_replicas() {
+        let mut a = with_member();
+        for i in 0..20u64 {
+            submit(&mut a, 2 + i, &format!("w{i}"), &format!("k{i}"));
+        }
+        for i in (0..20u64).step_by(3) {
+            a.apply(
+                30 + i,
+                Command::CancelWorkload {
+                    id: format!("w{i}"),
+                    at: t(30 + i as i64),
+                },
+            );
+        }
+        let mut b = a.clone();
+        let names = a.compactable(t(40), 3);
+        assert_eq!(names, vec!["w0", "w3", "w6"], "oldest first, bounded");
+        let cmd = Command::CompactWorkloads {
+            names,
+            before: t(40),
+            at: t(60),
+        };
+        a.apply(61, cmd.clone());
+        b.apply(61, cmd);
+        assert_eq!(a, b);
+        assert_eq!(a.workloads.len(), 17);
+    }
+}
