@@ -131,6 +131,11 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Cordon, uncordon, drain or remove a member cluster.
+    Member {
+        #[command(subcommand)]
+        cmd: MemberCmd,
+    },
     /// Federation membership and health.
     Cluster {
         #[command(subcommand)]
@@ -142,6 +147,34 @@ pub enum Cmd {
     Bench {
         #[command(subcommand)]
         cmd: bench::BenchCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MemberCmd {
+    /// Take no new work; running work is left alone.
+    Cordon {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take new work again.
+    Uncordon {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take no new work, and checkpoint and move the work it runs to other members.
+    Drain {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Forget a member that holds no active work (drain it and stop its agent first).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -186,6 +219,9 @@ pub struct ServerArgs {
     /// Allow `/v1/debug/partition` (tests only).
     #[arg(long, hide = true)]
     pub fault_injection: bool,
+    /// Largest `spec.template` accepted, in bytes of JSON.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_MAX_TEMPLATE_BYTES)]
+    pub max_template_bytes: usize,
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
     #[arg(long, default_value_t = 400)]
@@ -346,11 +382,39 @@ impl Cli {
                 let v = Client::new(&target.addr)?.members().await?;
                 output::print_members(&v, output)
             }
+            Cmd::Member { cmd } => member(cmd).await,
             Cmd::Cluster { cmd } => cluster(cmd).await,
             Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,
         }
     }
+}
+
+async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
+    use tideway_api::client::MemberAction;
+    let (name, target, action) = match cmd {
+        MemberCmd::Cordon { name, target } => (name, target, Some(MemberAction::Cordon)),
+        MemberCmd::Uncordon { name, target } => (name, target, Some(MemberAction::Uncordon)),
+        MemberCmd::Drain { name, target } => (name, target, Some(MemberAction::Drain)),
+        MemberCmd::Remove { name, target } => (name, target, None),
+    };
+    let client = Client::new(&target.addr)?;
+    match action {
+        Some(a) => {
+            let m = client.member_lifecycle(&name, a).await?;
+            let phase = m.status.map(|s| s.phase).unwrap_or_default();
+            println!(
+                "member/{} {}ed (phase {phase:?})",
+                m.metadata.name,
+                a.as_str()
+            );
+        }
+        None => {
+            let m = client.member_remove(&name).await?;
+            println!("member/{} removed", m.metadata.name);
+        }
+    }
+    Ok(())
 }
 
 fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
@@ -373,6 +437,7 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.advertise = a.advertise;
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
+    cfg.limits.max_template_bytes = a.max_template_bytes;
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;

@@ -111,6 +111,14 @@ fn member_from(cfg: &AgentConfig, digest: &CapacityDigest) -> MemberCluster {
     let mut spec = MemberClusterSpec::new(cfg.region.clone(), pools);
     spec.zone = cfg.zone.clone();
     spec.gpu_models = models;
+    // The levels its nodes are labelled with, as the backend found them: the federation places
+    // a workload requiring a level only on members that declare it.
+    for d in digest.pools.iter().flat_map(|p| &p.domains) {
+        if !spec.topology_levels.contains(&d.level) {
+            spec.topology_levels.push(d.level);
+        }
+    }
+    spec.topology_levels.sort();
     let mut m = MemberCluster::new(cfg.cluster.clone(), spec);
     m.metadata.labels = cfg.labels.clone();
     m

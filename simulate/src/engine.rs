@@ -293,6 +293,7 @@ impl Engine {
                 region: m.region.clone(),
                 ready: true,
                 digest: digest.clone(),
+                declared_levels: None,
             });
             states.push(MemberState {
                 name: m.name,

@@ -13,3 +13,6 @@ mod t55_forwarding;
 mod t60_cli;
 mod t70_agents;
 mod t80_scheduling;
+mod t85_no_write;
+mod t87_hardening;
+mod t90_member_lifecycle;

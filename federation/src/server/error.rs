@@ -49,6 +49,7 @@ impl From<Rejection> for ApiError {
             Rejection::Conflict { name } => ApiError::Conflict(format!(
                 "'{name}' exists, submitted with another idempotency key"
             )),
+            Rejection::Busy { reason } => ApiError::Conflict(reason),
         }
     }
 }

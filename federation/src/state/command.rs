@@ -104,6 +104,14 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// An operator cordons, drains or uncordons a member.
+    SetMemberIntent {
+        name: String,
+        intent: super::members::MemberIntent,
+        at: DateTime<Utc>,
+    },
+    /// An operator removes a member that holds no active work.
+    RemoveMember { name: String, at: DateTime<Utc> },
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -132,6 +140,8 @@ pub enum Rejection {
     Invalid { errors: Vec<FieldError> },
     /// The name is taken by another object created with another idempotency key.
     Conflict { name: String },
+    /// The object is in a state that does not allow the change now.
+    Busy { reason: String },
 }
 
 /// An object as the state machine stored it.

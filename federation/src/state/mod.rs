@@ -178,6 +178,14 @@ impl FederationState {
                     object: StoredObject::PriorityClass(priority_class),
                 }
             }
+            Command::SetMemberIntent { name, intent, at } => {
+                self.tick(at);
+                self.set_member_intent(&name, intent, index)
+            }
+            Command::RemoveMember { name, at } => {
+                self.tick(at);
+                self.remove_member(&name)
+            }
         }
     }
 
