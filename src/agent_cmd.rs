@@ -13,6 +13,7 @@ use tideway_agent::agent::{AgentConfig, run};
 use tideway_agent::backend::Backend;
 use tideway_agent::kube_backend::{KubeBackend, KubeConfig};
 use tideway_agent::sim::{Clock, Inventory, RealClock, ScaledClock, SimBackend, SimCluster};
+use tideway_api::agent::{FaultAck, FaultRequest, NodeFaultKind};
 use tokio::sync::watch;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,69 @@ pub struct AgentArgs {
     /// Run simulated time this many times faster than the wall clock.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    #[command(subcommand)]
+    pub action: Option<AgentAction>,
+}
+
+/// What `tideway agent` does instead of running an agent.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum AgentAction {
+    /// Inject a node fault into a running sim agent's cluster (tests and demos).
+    Fault {
+        /// The agent's `--listen` address.
+        #[arg(long)]
+        agent: String,
+        /// The node, as the sim layout names it (e.g. `a-r1-n0`).
+        #[arg(long)]
+        node: String,
+        /// `ecc` (checkpoint notice, node cordoned), `gpu` or `notready` (node out of
+        /// service, its work stopped now).
+        #[arg(long)]
+        kind: NodeFaultKind,
+    },
+}
+
+/// `tideway agent fault`: asks the agent at `agent` to inject the fault; prints what it hit.
+pub async fn fault(agent: &str, node: &str, kind: NodeFaultKind) -> anyhow::Result<()> {
+    let ack = tideway_api::client::Client::new(agent)?
+        .agent_fault(&FaultRequest {
+            node: node.to_string(),
+            kind,
+        })
+        .await?;
+    println!(
+        "node/{} {:?} fault injected; {} workloads affected{}",
+        ack.node,
+        ack.kind,
+        ack.affected.len(),
+        if ack.affected.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ack.affected.join(", "))
+        }
+    );
+    Ok(())
+}
+
+/// `POST /v1/faults` on a sim agent.
+async fn inject_fault(
+    State(v): State<LocalView>,
+    Json(req): Json<FaultRequest>,
+) -> Result<Json<FaultAck>, (axum::http::StatusCode, Json<tideway_api::Problem>)> {
+    match v.backend.node_fault(&req.node, req.kind) {
+        Ok(affected) => Ok(Json(FaultAck {
+            node: req.node,
+            kind: req.kind,
+            affected,
+        })),
+        Err(e) => Err((
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(
+                tideway_api::Problem::new("invalid", "The fault cannot be injected", 400)
+                    .with_detail(e.to_string()),
+            ),
+        )),
+    }
 }
 
 /// A small built-in layout for a `sim` agent started without `--config`.
@@ -169,6 +233,7 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
                 let app = axum::Router::new()
                     .route("/healthz", get(|| async { "ok" }))
                     .route("/v1/local", get(local))
+                    .route("/v1/faults", axum::routing::post(inject_fault))
                     .with_state(LocalView {
                         backend: backend.clone(),
                         cluster: cluster.clone(),

@@ -283,6 +283,10 @@ impl Cli {
         match self.cmd {
             Cmd::Server(a) => server(a).await,
             Cmd::Dev(a) => dev(a).await,
+            Cmd::Agent(crate::agent_cmd::AgentArgs {
+                action: Some(crate::agent_cmd::AgentAction::Fault { agent, node, kind }),
+                ..
+            }) => crate::agent_cmd::fault(&agent, &node, kind).await,
             Cmd::Agent(a) => {
                 let (tx, rx) = tokio::sync::watch::channel(false);
                 let run = tokio::spawn(crate::agent_cmd::agent(a, rx));
@@ -479,6 +483,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             listen: None,
             heartbeat_ms: 2000,
             time_scale: a.time_scale,
+            action: None,
         };
         let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
         let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());

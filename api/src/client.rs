@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent::{
-    AssignmentPage, Heartbeat, HeartbeatAck, LocalView, RegisterRequest, StatusAck, StatusReport,
+    AssignmentPage, FaultAck, FaultRequest, Heartbeat, HeartbeatAck, LocalView, RegisterRequest,
+    StatusAck, StatusReport,
 };
 use crate::capacity::CapacityView;
 use crate::cluster::{
@@ -434,6 +435,11 @@ impl Client {
             .await
             .map_err(|e| self.transport(e))?;
         self.decode(resp).await
+    }
+
+    /// A sim agent: inject a node fault (`POST /v1/faults` on the agent's `--listen`).
+    pub async fn agent_fault(&self, req: &FaultRequest) -> Result<FaultAck, ClientError> {
+        self.post_json("/v1/faults", req, 30).await
     }
 
     /// Fault injection (servers started with `--fault-injection` only).

@@ -16,3 +16,4 @@ mod t80_scheduling;
 mod t85_no_write;
 mod t87_hardening;
 mod t90_member_lifecycle;
+mod t95_node_fault;
