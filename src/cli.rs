@@ -237,6 +237,15 @@ pub struct ServerArgs {
     /// Missed heartbeats (multiples of the interval) before a member is NotReady.
     #[arg(long, default_value_t = 3)]
     pub member_missed_heartbeats: u32,
+    /// A member NotReady this long is lost: its work is moved to other members.
+    #[arg(long, default_value_t = 60_000)]
+    pub member_lost_after_ms: u64,
+    /// Workloads moved off lost members per second, in the whole fleet.
+    #[arg(long, default_value_t = 20.0)]
+    pub redispatch_per_second: f64,
+    /// Workloads moved off lost members per second, off any one member.
+    #[arg(long, default_value_t = 5.0)]
+    pub redispatch_per_member_per_second: f64,
 }
 
 /// The simulated member clusters of `tideway dev`: name, region, layout.
@@ -448,6 +457,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     let hb = std::time::Duration::from_millis(a.member_heartbeat_ms.max(100));
     cfg.dispatch.heartbeat_interval = hb;
     cfg.dispatch.not_ready_after = hb * a.member_missed_heartbeats.max(1);
+    cfg.dispatch.member_lost_after = std::time::Duration::from_millis(a.member_lost_after_ms);
+    cfg.dispatch.redispatch_per_second = a.redispatch_per_second.max(0.1);
+    cfg.dispatch.redispatch_per_member_per_second = a.redispatch_per_member_per_second.max(0.1);
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;

@@ -152,6 +152,12 @@ impl Node {
             state.liveness.clone(),
             cfg.dispatch.clone(),
         )));
+        tasks.push(tokio::spawn(crate::dispatcher::recovery::recovery_loop(
+            raft.clone(),
+            state.data.clone(),
+            state.proposer.clone(),
+            cfg.dispatch.clone(),
+        )));
         tasks.push(tokio::spawn(crate::dispatcher::cycle::schedule_loop(
             raft.clone(),
             state.data.clone(),

@@ -17,3 +17,4 @@ mod t85_no_write;
 mod t87_hardening;
 mod t90_member_lifecycle;
 mod t95_node_fault;
+mod t97_member_loss;

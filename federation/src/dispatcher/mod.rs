@@ -10,6 +10,7 @@ pub mod cycle;
 #[cfg(test)]
 mod cycle_tests;
 pub mod liveness;
+pub mod recovery;
 
 use std::time::Duration;
 
@@ -24,6 +25,12 @@ pub struct DispatchConfig {
     pub digest_interval: Duration,
     /// How often the leader runs a scheduling cycle.
     pub cycle_interval: Duration,
+    /// A member NotReady this long (since its last heartbeat) is lost: its work moves.
+    pub member_lost_after: Duration,
+    /// Workloads moved off lost members, at most this many a second in the whole fleet...
+    pub redispatch_per_second: f64,
+    /// ...and this many a second off any one member.
+    pub redispatch_per_member_per_second: f64,
 }
 
 impl Default for DispatchConfig {
@@ -34,6 +41,9 @@ impl Default for DispatchConfig {
             not_ready_after: heartbeat_interval * 3,
             digest_interval: Duration::from_secs(5),
             cycle_interval: Duration::from_millis(500),
+            member_lost_after: Duration::from_secs(60),
+            redispatch_per_second: 20.0,
+            redispatch_per_member_per_second: 5.0,
         }
     }
 }

@@ -110,6 +110,12 @@ pub enum Command {
         intent: super::members::MemberIntent,
         at: DateTime<Utc>,
     },
+    /// The leader moves work off a lost member: fence the old attempts, requeue the work.
+    RecoverWorkloads {
+        cluster: String,
+        uids: Vec<String>,
+        at: DateTime<Utc>,
+    },
     /// An operator removes a member that holds no active work.
     RemoveMember { name: String, at: DateTime<Utc> },
 }

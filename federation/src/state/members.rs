@@ -49,6 +49,9 @@ impl MemberIntent {
     }
 }
 
+/// A workload whose member is lost after this many dispatches fails instead of moving again.
+pub const MAX_ATTEMPTS_ON_LOSS: u32 = 3;
+
 /// How long a drained workload is given to checkpoint and stop before it is moved.
 pub const DRAIN_GRACE_SECONDS: u64 = 60;
 
@@ -222,6 +225,63 @@ impl FederationState {
         CommandResult::Created {
             object: StoredObject::MemberCluster(Box::new(member)),
         }
+    }
+
+    /// Moves work off a lost member. Each old assignment is fenced: `Desired::Cancel` for its
+    /// attempt, so the member is told to stop it when it comes back, and its reports for that
+    /// attempt are refused. The workload goes back to the queue to resume from its last
+    /// checkpoint elsewhere, or fails once it has been dispatched [`MAX_ATTEMPTS_ON_LOSS`]
+    /// times.
+    pub(super) fn recover_workloads(
+        &mut self,
+        cluster: &str,
+        uids: &[String],
+        index: u64,
+    ) -> CommandResult {
+        let mut changed = 0u32;
+        for uid in uids {
+            let Some(rec) = self
+                .assignments
+                .get_mut(cluster)
+                .and_then(|m| m.get_mut(uid))
+            else {
+                continue;
+            };
+            if !(rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. })) {
+                continue;
+            }
+            rec.desired = Desired::Cancel;
+            rec.revision = index;
+            let attempt = rec.assignment.attempt;
+            self.scheduling.preempting.remove(uid);
+            self.scheduling.placements.remove(uid);
+            changed += 1;
+            let Some(w) = self.uids.get(uid).and_then(|n| self.workloads.get_mut(n)) else {
+                continue;
+            };
+            w.metadata.resource_version = Some(index);
+            let st = w.status.get_or_insert_with(Default::default);
+            if st.phase.is_terminal() {
+                continue;
+            }
+            st.cluster = None;
+            st.started_at = None;
+            if st.attempts >= MAX_ATTEMPTS_ON_LOSS {
+                st.phase = WorkloadPhase::Failed;
+                st.finished_at = self.clock;
+                st.message = Some(format!(
+                    "member {cluster} lost during attempt {attempt}; {} attempts spent",
+                    st.attempts
+                ));
+            } else {
+                st.phase = WorkloadPhase::Pending;
+                st.pending_reason = Some(PendingReason::Queued);
+                st.message = Some(format!(
+                    "member {cluster} lost during attempt {attempt}: moving, from the last checkpoint"
+                ));
+            }
+        }
+        CommandResult::Updated { count: changed }
     }
 
     /// Why member `name` cannot be removed now, if it cannot.
@@ -716,6 +776,63 @@ mod tests {
         );
         assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");
         assert!(!s.members.contains_key("a") && !s.assignments.contains_key("a"));
+    }
+
+    #[test]
+    fn a_lost_member_s_work_is_fenced_requeued_and_fails_after_the_cap() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        let recover = |s: &mut FederationState, idx: u64| {
+            s.apply(
+                idx,
+                Command::RecoverWorkloads {
+                    cluster: "a".into(),
+                    uids: vec!["u1".into(), "unknown".into()],
+                    at: t(idx as i64),
+                },
+            )
+        };
+        assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 1 });
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+        let rec = &s.assignments["a"]["u1"];
+        assert_eq!(
+            (rec.desired.clone(), rec.revision),
+            (Desired::Cancel, 5),
+            "fenced"
+        );
+        // The member comes back and reports the old attempt: refused.
+        assert!(!s.status_takes_effect(
+            "a",
+            &LocalStatus {
+                uid: "u1".into(),
+                attempt: 1,
+                phase: LocalPhase::Succeeded,
+                since: t(6),
+            }
+        ));
+        assert_eq!(
+            recover(&mut s, 6),
+            CommandResult::Updated { count: 0 },
+            "once"
+        );
+        for (idx, attempt) in [(7, 2), (9, 3)] {
+            s.apply(
+                idx,
+                Command::Assign {
+                    workload: "job".into(),
+                    cluster: "a".into(),
+                    pool: None,
+                    at: t(idx as i64),
+                },
+            );
+            assert_eq!(s.assignments["a"]["u1"].assignment.attempt, attempt);
+            recover(&mut s, idx + 1);
+        }
+        assert_eq!(
+            phase(&s),
+            WorkloadPhase::Failed,
+            "three dispatches lost: the cap"
+        );
     }
 
     #[test]

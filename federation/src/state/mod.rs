@@ -182,6 +182,10 @@ impl FederationState {
                 self.tick(at);
                 self.set_member_intent(&name, intent, index)
             }
+            Command::RecoverWorkloads { cluster, uids, at } => {
+                self.tick(at);
+                self.recover_workloads(&cluster, &uids, index)
+            }
             Command::RemoveMember { name, at } => {
                 self.tick(at);
                 self.remove_member(&name)
