@@ -18,3 +18,4 @@ mod t87_hardening;
 mod t90_member_lifecycle;
 mod t95_node_fault;
 mod t97_member_loss;
+mod t99_chaos;
