@@ -226,6 +226,9 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
         BackendKind::Sim => {
             let (backend, cluster, region) = sim_backend(&a, None)?;
             let federation = federation_of(&a, None)?;
+            let cfg = agent_config(&a, &cluster, &region, federation);
+            // Nothing is shown before the work moved away while we were gone is stopped.
+            tideway_agent::agent::fence(&cfg, &backend, &stop).await?;
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
@@ -242,7 +245,6 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
                     let _ = axum::serve(listener, app).await;
                 });
             }
-            let cfg = agent_config(&a, &cluster, &region, federation);
             run(cfg, Arc::new(backend), stop).await?;
             Ok(())
         }
