@@ -1,19 +1,18 @@
-//! `tideway agent`: a member-cluster agent process, and the in-process agents of `tideway dev`.
+//! `tideway agent`: the flags of a member-cluster agent process, turned into the calls of
+//! `tideway-agent` (which owns the agent file, the sim setup and the local HTTP view).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use axum::Json;
-use axum::extract::State;
-use axum::routing::get;
 use clap::{Args, ValueEnum};
 use tideway_agent::agent::{AgentConfig, run};
-use tideway_agent::backend::Backend;
-use tideway_agent::kube_backend::{KubeBackend, KubeConfig};
-use tideway_agent::sim::{Clock, Inventory, RealClock, ScaledClock, SimBackend, SimCluster};
-use tideway_api::agent::{FaultAck, FaultRequest, NodeFaultKind};
+use tideway_agent::agent_file::KubeAgentFile;
+use tideway_agent::kube_backend::KubeBackend;
+use tideway_agent::sim_agent::{Layout, SimAgent, SimOptions, sim_clock};
+use tideway_api::agent::{FaultRequest, NodeFaultKind};
+use tideway_api::clock::SharedClock;
 use tokio::sync::watch;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +38,9 @@ pub struct AgentArgs {
     pub federation: Vec<String>,
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: BackendKind,
-    /// Backend configuration (YAML): for `sim`, the cluster layout; for `kube`, the agent file
-    /// of `deploy/kubernetes/agent/configmap.yaml`.
+    /// Backend configuration (YAML): for `sim`, the cluster layout (as in
+    /// `deploy/dev/sim-eu.yaml`); for `kube`, the agent file (as in
+    /// `deploy/kubernetes/agent/agent.yaml`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Where a `sim` cluster keeps its state between agent runs.
@@ -98,154 +98,69 @@ pub async fn fault(agent: &str, node: &str, kind: NodeFaultKind) -> anyhow::Resu
     Ok(())
 }
 
-/// `POST /v1/faults` on a sim agent.
-async fn inject_fault(
-    State(v): State<LocalView>,
-    Json(req): Json<FaultRequest>,
-) -> Result<Json<FaultAck>, (axum::http::StatusCode, Json<tideway_api::Problem>)> {
-    match v.backend.node_fault(&req.node, req.kind) {
-        Ok(affected) => Ok(Json(FaultAck {
-            node: req.node,
-            kind: req.kind,
-            affected,
-        })),
-        Err(e) => Err((
-            axum::http::StatusCode::BAD_REQUEST,
-            Json(
-                tideway_api::Problem::new("invalid", "The fault cannot be injected", 400)
-                    .with_detail(e.to_string()),
-            ),
-        )),
-    }
-}
-
-/// A small built-in layout for a `sim` agent started without `--config`.
-const DEFAULT_SIM: &[u8] = include_bytes!("../deploy/dev/sim-eu.yaml");
-
-/// The sim backend and the identity its layout gives (cluster, region).
-pub fn sim_backend(
-    a: &AgentArgs,
-    layout: Option<&[u8]>,
-) -> anyhow::Result<(SimBackend, String, String)> {
-    let bytes = match (&a.config, layout) {
-        (Some(p), _) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
-        (None, Some(l)) => l.to_vec(),
-        (None, None) => DEFAULT_SIM.to_vec(),
-    };
-    let inventory = Inventory::from_yaml(&bytes).context("the sim cluster layout")?;
-    let cluster = a
-        .cluster
-        .clone()
-        .unwrap_or_else(|| inventory.cluster().to_string());
-    let region = a
-        .region
-        .clone()
-        .unwrap_or_else(|| inventory.region().to_string());
-    let clock: Arc<dyn Clock> = if (a.time_scale - 1.0).abs() < f64::EPSILON {
-        Arc::new(RealClock)
-    } else {
-        Arc::new(ScaledClock::new(chrono::Utc::now(), a.time_scale)?)
-    };
-    let fresh = || SimCluster::new(&inventory);
-    let backend = match &a.data {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            SimBackend::persisted(&dir.join("sim-cluster.state"), fresh, clock)?
+impl AgentArgs {
+    /// The sim setup these flags ask for, on `clock`; `layout` stands in when `--config` is
+    /// absent.
+    pub fn sim_options(&self, layout: Layout, clock: SharedClock) -> SimOptions {
+        SimOptions {
+            layout: match &self.config {
+                Some(p) => Layout::File(p.clone()),
+                None => layout,
+            },
+            cluster: self.cluster.clone(),
+            region: self.region.clone(),
+            clock,
+            data: self.data.clone(),
         }
-        None => SimBackend::new(fresh(), clock),
-    };
-    Ok((backend, cluster, region))
-}
-
-/// The `kube` agent's file: where the federation is, and the backend's settings.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KubeAgentFile {
-    /// One address or a comma-separated list.
-    #[serde(default)]
-    federation: Option<String>,
-    #[serde(default)]
-    region: Option<String>,
-    kube: KubeConfig,
-}
-
-pub fn agent_config(
-    a: &AgentArgs,
-    cluster: &str,
-    region: &str,
-    federation: Vec<String>,
-) -> AgentConfig {
-    let mut cfg = AgentConfig::new(cluster, region, federation);
-    cfg.zone = a.zone.clone();
-    cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_ms.max(100));
-    cfg
-}
-
-#[derive(Clone)]
-struct LocalView {
-    backend: SimBackend,
-    cluster: String,
-}
-
-async fn local(State(v): State<LocalView>) -> Json<tideway_api::agent::LocalView> {
-    let statuses = v.backend.statuses().await.unwrap_or_default();
-    let creations = v
-        .backend
-        .cluster()
-        .lock()
-        .map(|c| c.creations())
-        .unwrap_or(0);
-    Json(tideway_api::agent::LocalView {
-        cluster: v.cluster.as_str().into(),
-        creations,
-        workloads: statuses,
-    })
-}
-
-fn federation_of(a: &AgentArgs, file: Option<&str>) -> anyhow::Result<Vec<String>> {
-    if !a.federation.is_empty() {
-        return Ok(a.federation.clone());
     }
-    match file {
-        Some(f) => Ok(f
-            .split(',')
-            .map(|s| {
-                s.trim()
-                    .trim_start_matches("http://")
-                    .trim_end_matches('/')
-                    .to_string()
-            })
-            .filter(|s| !s.is_empty())
-            .collect()),
-        None => bail!("--federation is required (or `federation:` in the config file)"),
+
+    /// The agent loop's configuration for a member with this identity.
+    pub fn agent_config(
+        &self,
+        cluster: &str,
+        region: &str,
+        federation: Vec<String>,
+    ) -> AgentConfig {
+        let mut cfg = AgentConfig::new(cluster, region, federation);
+        cfg.zone = self.zone.clone();
+        cfg.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(100));
+        cfg
+    }
+
+    /// `--federation`, else the file's `federation:`.
+    fn federation(&self, from_file: Vec<String>) -> anyhow::Result<Vec<String>> {
+        if !self.federation.is_empty() {
+            return Ok(self.federation.clone());
+        }
+        if from_file.is_empty() {
+            bail!("--federation is required (or `federation:` in the config file)");
+        }
+        Ok(from_file)
     }
 }
 
 pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     match a.backend {
         BackendKind::Sim => {
-            let (backend, cluster, region) = sim_backend(&a, None)?;
-            let federation = federation_of(&a, None)?;
-            let cfg = agent_config(&a, &cluster, &region, federation);
+            let clock = sim_clock(a.time_scale).context("--time-scale")?;
+            let sim = SimAgent::build(&a.sim_options(Layout::Default, clock))?;
+            let federation = a.federation(Vec::new())?;
+            let cfg = a.agent_config(&sim.cluster, &sim.region, federation);
             // Nothing is shown before the work moved away while we were gone is stopped.
-            tideway_agent::agent::fence(&cfg, &backend, &stop).await?;
+            tideway_agent::agent::fence(&cfg, &sim.backend, &stop).await?;
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("listening on {addr}"))?;
-                let app = axum::Router::new()
-                    .route("/healthz", get(|| async { "ok" }))
-                    .route("/v1/local", get(local))
-                    .route("/v1/faults", axum::routing::post(inject_fault))
-                    .with_state(LocalView {
-                        backend: backend.clone(),
-                        cluster: cluster.clone(),
-                    });
+                let app =
+                    tideway_agent::local_view::router(sim.backend.clone(), sim.cluster.clone());
                 tokio::spawn(async move {
-                    let _ = axum::serve(listener, app).await;
+                    if let Err(e) = axum::serve(listener, app).await {
+                        tracing::warn!(error = %e, "the local view stopped");
+                    }
                 });
             }
-            run(cfg, Arc::new(backend), stop).await?;
+            run(cfg, Arc::new(sim.backend), stop).await?;
             Ok(())
         }
         BackendKind::Kube => {
@@ -253,12 +168,7 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
                 .config
                 .as_ref()
                 .context("--config is required with --backend kube")?;
-            let bytes =
-                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let file: KubeAgentFile = tideway_api::decode_yaml(&bytes).map_err(|e| {
-                let f = e.to_field_error();
-                anyhow::anyhow!("{}: {}: {}", path.display(), f.field, f.reason)
-            })?;
+            let file = KubeAgentFile::load(path)?;
             let cluster = a
                 .cluster
                 .clone()
@@ -268,9 +178,9 @@ pub async fn agent(a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Result<
                 .clone()
                 .or(file.region.clone())
                 .context("--region is required (or `region:` in the config file)")?;
-            let federation = federation_of(&a, file.federation.as_deref())?;
+            let federation = a.federation(file.federation_addrs())?;
             let backend = KubeBackend::connect(file.kube).await?;
-            let cfg = agent_config(&a, &cluster, &region, federation);
+            let cfg = a.agent_config(&cluster, &region, federation);
             run(cfg, Arc::new(backend), stop).await?;
             Ok(())
         }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tideway_api::clock::{Clock, RealClock};
 
+use crate::launcher::Launcher;
 use clap::Subcommand;
-use tideway::procs::ProcCluster;
 use tokio::sync::Mutex;
 
 #[derive(Subcommand, Debug)]
@@ -71,7 +72,7 @@ async fn client_loop(
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let name = format!("bench-{tag}-{n}");
-        let sent = Instant::now();
+        let sent = RealClock.instant();
         let res = http
             .post(format!(
                 "http://{}/v1/workloads",
@@ -92,7 +93,7 @@ async fn client_loop(
                     && sent >= *kill_at
                 {
                     let mut s = slot.lock().await;
-                    let d = Instant::now() - *kill_at;
+                    let d = RealClock.instant() - *kill_at;
                     if s.is_none_or(|cur| d < cur) {
                         *s = Some(d);
                     }
@@ -130,7 +131,7 @@ async fn load(
         .build()?;
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
-    let start = Instant::now();
+    let start = RealClock.instant();
     let mut tasks = Vec::new();
     for c in 0..clients {
         tasks.push(tokio::spawn(client_loop(
@@ -166,14 +167,11 @@ async fn submit(
     targets: Option<String>,
     no_failover: bool,
 ) -> anyhow::Result<()> {
-    let tmp = std::env::temp_dir().join(format!("tideway-bench-{}", std::process::id()));
     let mut cluster = None;
     let addrs = match targets {
         Some(t) => t.split(',').map(str::to_string).collect(),
         None => {
-            let bin = std::env::current_exe()?;
-            eprintln!("starting {nodes} federation nodes under {}", tmp.display());
-            let c = ProcCluster::start(bin, &tmp, nodes, &[]).await?;
+            let c = Launcher::start(nodes).await?;
             let a = c.addrs();
             cluster = Some(c);
             a
@@ -230,7 +228,7 @@ async fn submit(
         let leader = c.wait_for_leader(Duration::from_secs(10)).await?;
         let slot = Arc::new(Mutex::new(None));
         let t2 = targets.clone();
-        let kill_at = Instant::now() + Duration::from_secs(2);
+        let kill_at = RealClock.instant() + Duration::from_secs(2);
         let bg = tokio::spawn({
             let slot = slot.clone();
             async move {
@@ -246,7 +244,7 @@ async fn submit(
         });
         tokio::time::sleep_until(kill_at.into()).await;
         c.kill9(leader)?;
-        let killed = Instant::now();
+        let killed = RealClock.instant();
         let _ = bg.await?;
         let first = *slot.lock().await;
         let new_leader = c.wait_for_leader(Duration::from_secs(10)).await.ok();
@@ -263,6 +261,5 @@ async fn submit(
         }
     }
     drop(cluster);
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

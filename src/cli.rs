@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tideway_agent::sim_agent::{Layout, SimAgent};
 use tideway_api::WorkloadPhase;
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
@@ -480,7 +481,13 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let node = Node::start(NodeConfig::new(1, a.listen, dir.clone())).await?;
+    // One clock for the whole fleet: the simulated members stamp their reports with it and
+    // the leader compares those stamps with its own now (minimum runtimes before preemption,
+    // digest ages), so both must read the same, scaled, time.
+    let clock = tideway_agent::sim_agent::sim_clock(a.time_scale)?;
+    let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
+    node_cfg.clock = clock.clone();
+    let node = Node::start(node_cfg).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for (name, region, layout) in DEV_MEMBERS {
@@ -497,11 +504,11 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             time_scale: a.time_scale,
             action: None,
         };
-        let (backend, cluster, region) = crate::agent_cmd::sim_backend(&args, Some(layout))?;
-        let cfg = crate::agent_cmd::agent_config(&args, &cluster, &region, args.federation.clone());
+        let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
+        let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
-            std::sync::Arc::new(backend),
+            std::sync::Arc::new(sim.backend),
             stop.clone(),
         )));
     }
@@ -509,6 +516,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
     }
+    println!("  dashboard: http://{}/ui/", node.addr);
     println!("  API:      http://{}/v1/workloads", node.addr);
     println!("  status:   http://{}/v1/cluster/status", node.addr);
     println!("  metrics:  http://{}/metrics", node.addr);

@@ -3,6 +3,7 @@
 mod agent_cmd;
 mod bench;
 mod cli;
+mod launcher;
 mod output;
 mod simulate_cmd;
 

@@ -110,5 +110,18 @@ fn run_blocking(a: SimulateArgs) -> anyhow::Result<()> {
         println!("note: {n}");
     }
     println!("wrote {} in {}", output::FILES.join(", "), a.out.display());
+    if o.jobs.submitted > 0 && o.jobs.rejected == o.jobs.submitted {
+        // Nothing was simulated: a wrong queue map or fleet, not a result to compare.
+        let reasons: Vec<String> = s
+            .rejected_by_reason
+            .iter()
+            .map(|(why, n)| format!("{n} {why}"))
+            .collect();
+        anyhow::bail!(
+            "every workload was rejected ({}); see rejectedByReason in {}",
+            reasons.join(", "),
+            a.out.join("summary.json").display()
+        );
+    }
     Ok(())
 }

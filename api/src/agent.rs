@@ -10,12 +10,13 @@ use serde::{Deserialize, Serialize};
 use crate::digest::CapacityDigest;
 use crate::member_cluster::MemberCluster;
 use crate::names::ClusterName;
-use crate::workload::Workload;
+use crate::workload::{NodeGpus, Workload};
 
 /// A workload the federation placed on this member cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Assignment {
+    /// The workload as stored, uid included; the agent keys its local objects on the uid.
     pub workload: Workload,
     /// The pool of this cluster the federation chose.
     pub pool: Option<String>,
@@ -25,6 +26,7 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// The workload's uid, empty if it has none (the federation always sets one).
     pub fn uid(&self) -> &str {
         self.workload.metadata.uid.as_deref().unwrap_or_default()
     }
@@ -36,35 +38,51 @@ impl Assignment {
 pub enum LocalPhase {
     /// Created, waiting for the local gang scheduler.
     Pending,
+    /// Its pods are running.
     Running,
+    /// Every pod finished successfully.
     Succeeded,
+    /// The workload failed in the member cluster.
     Failed {
+        /// What the member cluster said went wrong.
         reason: String,
     },
     /// Stopped by the cluster: node failure, local preemption, or our preemption notice.
     Evicted {
+        /// What stopped it.
         reason: String,
     },
     /// Deleted or aborted before completion.
     Aborted {
+        /// Who or what stopped it.
         reason: String,
     },
 }
 
 impl LocalPhase {
+    /// Whether the phase is final: succeeded, failed, evicted or aborted.
     pub fn is_terminal(&self) -> bool {
         !matches!(self, LocalPhase::Pending | LocalPhase::Running)
     }
 }
 
+/// One workload's phase in its member cluster, as the agent reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalStatus {
+    /// The workload's uid.
     pub uid: String,
+    /// The dispatch attempt this status is about; statuses of older attempts are ignored.
     pub attempt: u32,
+    /// The phase, flattened: `phase` plus `reason` where the phase has one.
     #[serde(flatten)]
     pub phase: LocalPhase,
+    /// When the workload entered this phase (wall clock).
     pub since: DateTime<Utc>,
+    /// While running: the nodes its pods occupy (see `WorkloadStatus::nodes`). Empty when
+    /// the backend does not know (yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeGpus>,
 }
 
 /// What the federation wants done with an assignment.
@@ -74,7 +92,10 @@ pub enum Desired {
     /// Run it (create if absent).
     Run,
     /// Checkpoint and stop within the grace period.
-    Preempt { grace_seconds: u64 },
+    Preempt {
+        /// How long the workload has to checkpoint before it is stopped, in seconds.
+        grace_seconds: u64,
+    },
     /// Delete it.
     Cancel,
 }
@@ -85,7 +106,9 @@ pub enum Desired {
 pub struct AssignmentRecord {
     /// The log index of the last change; agents resume from the highest one they saw.
     pub revision: u64,
+    /// The workload and where it goes.
     pub assignment: Assignment,
+    /// What the agent should do with it now.
     pub desired: Desired,
 }
 
@@ -93,6 +116,7 @@ pub struct AssignmentRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterRequest {
+    /// The member to register or update, with its spec.
     pub member: MemberCluster,
     /// Agent build, for the member's status.
     #[serde(default)]
@@ -103,6 +127,7 @@ pub struct RegisterRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Heartbeat {
+    /// The member's capacity now; replaces the previous digest whole.
     pub digest: CapacityDigest,
 }
 
@@ -120,6 +145,7 @@ pub struct AssignmentPage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusReport {
+    /// Phase changes since the last report; replays are harmless.
     pub statuses: Vec<LocalStatus>,
 }
 
@@ -186,7 +212,9 @@ impl std::str::FromStr for NodeFaultKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRequest {
+    /// The node, as the sim layout names it.
     pub node: String,
+    /// What goes wrong with it.
     pub kind: NodeFaultKind,
 }
 
@@ -194,7 +222,9 @@ pub struct FaultRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FaultAck {
+    /// The node the fault was injected into.
     pub node: String,
+    /// The fault injected.
     pub kind: NodeFaultKind,
     /// UIDs of the workloads with a pod on the node: given a checkpoint notice (ECC) or
     /// stopped (GPU fault, NotReady).

@@ -481,12 +481,16 @@ impl Client {
 /// What an operator does to a member (see [`Client::member_lifecycle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemberAction {
+    /// Take no new work.
     Cordon,
+    /// Take new work again.
     Uncordon,
+    /// Take no new work, and checkpoint and move the work it runs.
     Drain,
 }
 
 impl MemberAction {
+    /// The verb, as in the route and the CLI.
     pub fn as_str(self) -> &'static str {
         match self {
             MemberAction::Cordon => "cordon",

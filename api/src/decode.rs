@@ -22,9 +22,12 @@ use crate::quota_schedule::QuotaSchedule;
 use crate::validation::{FieldError, Validate, ValidationErrors, key_path};
 use crate::workload::Workload;
 
+/// The document formats Tideway reads, chosen by content type or sniffed from the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
+    /// `application/json` and `+json` media types.
     Json,
+    /// `application/yaml` and its aliases; also the fallback when sniffing.
     Yaml,
 }
 
@@ -74,25 +77,36 @@ impl fmt::Display for Format {
 /// field, empty when the problem is the document as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecodeError {
+    /// Nothing but whitespace.
     #[error("the {format} document is empty")]
-    Empty { format: Format },
+    Empty {
+        /// The format the caller expected.
+        format: Format,
+    },
     /// Not well-formed JSON or YAML at all.
     #[error("malformed {format}: {reason}")]
     Syntax {
+        /// Which parser rejected it.
         format: Format,
+        /// Path of the field where parsing stopped; empty if the parser gave no position.
         field: String,
+        /// The parser's message.
         reason: String,
     },
     /// Well-formed, but does not match the resource: unknown field, wrong type, missing field.
     #[error("{}{reason}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
     Invalid {
+        /// Which format the document was in.
         format: Format,
+        /// camelCase path of the offending field; empty for the document as a whole.
         field: String,
+        /// What is wrong, phrased to follow the field name.
         reason: String,
     },
 }
 
 impl DecodeError {
+    /// The format the document was read as.
     pub fn format(&self) -> Format {
         match self {
             Self::Empty { format } | Self::Syntax { format, .. } | Self::Invalid { format, .. } => {
@@ -101,6 +115,7 @@ impl DecodeError {
         }
     }
 
+    /// camelCase path of the offending field; empty for the document as a whole.
     pub fn field(&self) -> &str {
         match self {
             Self::Empty { .. } => "",
@@ -108,6 +123,7 @@ impl DecodeError {
         }
     }
 
+    /// What is wrong, without the field name, as a problem+json `errors` entry carries it.
     pub fn reason(&self) -> String {
         match self {
             Self::Empty { .. } => "document is empty".to_owned(),
@@ -116,6 +132,7 @@ impl DecodeError {
         }
     }
 
+    /// The error as one problem+json `errors` entry.
     pub fn to_field_error(&self) -> FieldError {
         FieldError::new(self.field(), self.reason())
     }
@@ -257,15 +274,22 @@ pub fn peek_type_meta(
 /// Deliberately not `#[serde(untagged)]`: dispatch is on `kind`, so errors stay precise.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AnyResource {
-    Workload(Workload),
+    /// A `Workload` document; boxed, since a workload is much larger than the other resources.
+    Workload(Box<Workload>),
+    /// A `Queue` document.
     Queue(Queue),
+    /// A `PriorityClass` document.
     PriorityClass(PriorityClass),
+    /// A `QuotaSchedule` document.
     QuotaSchedule(QuotaSchedule),
+    /// A `MemberCluster` document.
     MemberCluster(MemberCluster),
+    /// A `Policy` document.
     Policy(Policy),
 }
 
 impl AnyResource {
+    /// Every `kind` this enum dispatches on, for the "unknown kind" error message.
     pub const KINDS: [&'static str; 6] = [
         Workload::KIND,
         Queue::KIND,
@@ -275,6 +299,7 @@ impl AnyResource {
         Policy::KIND,
     ];
 
+    /// The document's `kind`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Workload(_) => Workload::KIND,
@@ -286,6 +311,7 @@ impl AnyResource {
         }
     }
 
+    /// The document's metadata, whatever its kind.
     pub fn metadata(&self) -> &ObjectMeta {
         match self {
             Self::Workload(r) => r.metadata(),
@@ -331,7 +357,7 @@ pub fn decode_resource(
 ) -> Result<AnyResource, DecodeError> {
     let type_meta = peek_type_meta(bytes, content_type_hint)?;
     Ok(match type_meta.kind.as_str() {
-        Workload::KIND => AnyResource::Workload(decode_any(bytes, content_type_hint)?),
+        Workload::KIND => AnyResource::Workload(Box::new(decode_any(bytes, content_type_hint)?)),
         Queue::KIND => AnyResource::Queue(decode_any(bytes, content_type_hint)?),
         PriorityClass::KIND => AnyResource::PriorityClass(decode_any(bytes, content_type_hint)?),
         QuotaSchedule::KIND => AnyResource::QuotaSchedule(decode_any(bytes, content_type_hint)?),

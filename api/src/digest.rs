@@ -13,10 +13,13 @@ use serde::{Deserialize, Serialize};
 use crate::member_cluster::PoolKind;
 use crate::workload::TopologyLevel;
 
+/// One member's capacity report, sent with its heartbeat and replacing the previous one whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CapacityDigest {
+    /// Member cluster that sent it.
     pub cluster: String,
+    /// When the member took it (wall clock); the federation uses it to tell stale numbers.
     pub generated_at: DateTime<Utc>,
     /// One entry per (pool, flavor).
     pub pools: Vec<PoolDigest>,
@@ -26,9 +29,11 @@ pub struct CapacityDigest {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GpuCounts {
+    /// GPUs on these nodes, schedulable or not.
     pub total: u32,
     // Zero counters are left out on the wire: a 5,000-node member has hundreds of domains,
     // and most of them have nothing unhealthy or cordoned.
+    /// GPUs held by running pods.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub allocated: u32,
     /// On nodes that are unhealthy (e.g. ECC errors): not schedulable.
@@ -107,6 +112,7 @@ impl GpuCounts {
         true
     }
 
+    /// Adds another set of nodes' counts, merging histograms bucket by bucket.
     pub fn add(&mut self, other: &GpuCounts) {
         self.total += other.total;
         self.allocated += other.allocated;
@@ -121,26 +127,34 @@ impl GpuCounts {
     }
 }
 
+/// Capacity of one (pool, flavor) of a member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolDigest {
+    /// Pool name, unique within its cluster.
     pub pool: String,
+    /// What the pool is for, from the member's configuration.
     pub kind: PoolKind,
     /// GPU model, the quota flavor.
     pub flavor: String,
+    /// Counts over the whole pool.
     pub counts: GpuCounts,
     /// Zones and racks of this pool, each with its own counts.
     pub domains: Vec<DomainDigest>,
 }
 
+/// Capacity of one topology domain (zone or rack) of a pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DomainDigest {
+    /// Zone or rack (never node: node fit comes from the histogram itself).
     pub level: TopologyLevel,
+    /// Domain name, unique within its level in the pool.
     pub name: String,
     /// For a rack: the zone that holds it, so the federation can nest racks in zones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// Counts over the domain's nodes.
     pub counts: GpuCounts,
 }
 

@@ -15,6 +15,7 @@ use crate::workload::{PendingReason, TopologyLevel, WorkloadPhase};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Why a workload was not placed this cycle, and what would change that.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
@@ -29,10 +30,12 @@ pub struct Explanation {
 }
 
 impl Explanation {
+    /// An explanation decided before any cluster was looked at (quota, limits).
     pub fn new(unblock: Unblock) -> Self {
         Self::with_clusters(unblock, Vec::new())
     }
 
+    /// An explanation with the per-cluster breakdown; the hint is the unblock's sentence.
     pub fn with_clusters(unblock: Unblock, clusters: Vec<ClusterVerdict>) -> Self {
         Self {
             hint: unblock.to_string(),
@@ -44,8 +47,11 @@ impl Explanation {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+/// One member cluster's part of an [`Explanation`].
 pub struct ClusterVerdict {
+    /// The member cluster.
     pub cluster: String,
+    /// Why it did not take the workload.
     pub verdict: Verdict,
 }
 
@@ -56,22 +62,36 @@ pub enum Verdict {
     /// Not Ready: it would otherwise have been considered.
     NotReady,
     /// Excluded by the workload's placement (`clusters` or `regions`).
-    PlacementExcluded { constraint: String },
+    PlacementExcluded {
+        /// The constraint, as written (`regions: [eu-west]`).
+        constraint: String,
+    },
     /// No pool of the flavor (that the workload's class may use).
-    FlavorAbsent { flavor: String },
+    FlavorAbsent {
+        /// The flavor asked for.
+        flavor: String,
+    },
     /// The member reports no domain of the required topology level for the flavor.
-    TopologyUnsupported { level: TopologyLevel },
+    TopologyUnsupported {
+        /// The level the workload requires.
+        level: TopologyLevel,
+    },
     /// Fits nowhere in the cluster right now.
     TooSmall {
+        /// The flavor asked for.
         flavor: String,
+        /// GPUs the gang needs.
         needed_gpus: u64,
         /// Largest gang of the workload's pod size that fits in one domain of the level.
         largest_fit_gpus: u64,
+        /// GPUs free in the cluster's pools of the flavor, in total.
         free_gpus: u64,
     },
     /// Capacity is held for a waiting gang and this workload would not end before it starts.
     Reserved {
+        /// The UID of the gang the capacity is held for.
         for_uid: String,
+        /// When that gang is expected to start.
         expected_start: DateTime<Utc>,
     },
 }
@@ -82,50 +102,76 @@ pub enum Verdict {
 pub enum Unblock {
     /// The queue's own work finishing, a cohort peer returning quota, or a higher limit.
     QuotaFreed {
+        /// The queue whose quota is exhausted.
         queue: String,
+        /// The flavor.
         flavor: String,
+        /// GPUs of quota missing.
         gpus: u64,
     },
+    /// A quota window that admits it opens.
     WindowOpens {
+        /// When.
         at: DateTime<Utc>,
     },
     /// This many GPUs must become free in one domain of `level` (anywhere in a pool when
     /// `None`) of a matching cluster.
     CapacityFreed {
+        /// The flavor.
         flavor: String,
+        /// GPUs that must be free together.
         gpus: u64,
+        /// The topology level they must be free in.
         level: Option<TopologyLevel>,
     },
     /// Enough is free, but scattered: work must finish or move within one domain.
     Defragmentation {
+        /// The flavor.
         flavor: String,
+        /// GPUs that must be free together.
         gpus: u64,
+        /// The topology level they must be free in.
         level: Option<TopologyLevel>,
     },
+    /// No ready cluster satisfies the workload's placement.
     RelaxPlacement {
+        /// The constraint to relax.
         constraint: String,
     },
+    /// Only clusters that are not Ready could take it.
     MemberReady {
+        /// Those clusters.
         clusters: Vec<String>,
     },
+    /// Victims were chosen and must exit first.
     PreemptionCompletes {
+        /// The victims' UIDs.
         victims: Vec<String>,
     },
+    /// Preemption would help, but its budget is spent.
     PreemptionBudgetRefills {
+        /// When it refills, if known.
         at: Option<DateTime<Utc>>,
     },
+    /// The submitting user is at the queue's per-user limit.
     UserWorkloadFinishes {
+        /// The user.
         user: String,
+        /// The limit.
         limit: u32,
     },
+    /// Capacity is reserved for it on a cluster.
     ReservationStarts {
+        /// The cluster.
         cluster: String,
+        /// When the reserved capacity is expected to be free.
         expected_start: DateTime<Utc>,
     },
     /// Not looked at this cycle (admission cap); the next cycle will.
     NextCycle,
     /// The workload refers to something the policy does not define.
     FixWorkload {
+        /// What is undefined.
         problem: String,
     },
 }

@@ -7,9 +7,12 @@
 //! decoding stops at the first structural problem, validation reports every semantic problem
 //! at once, and both name the offending field with the same camelCase JSON path.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod capacity;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod decode;
 pub mod digest;
@@ -48,6 +51,7 @@ pub use quota_schedule::{
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, PendingReason, Placement, PodSet, TopologyLevel, TopologyRequirement,
-    UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec, WorkloadStatus,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
+    WorkloadStatus,
 };

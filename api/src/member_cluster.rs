@@ -11,13 +11,19 @@ use crate::meta::{API_VERSION, ObjectMeta, impl_resource};
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 use crate::workload::TopologyLevel;
 
+/// A cluster the federation may place work on, as declared by the platform team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberCluster {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `MemberCluster`.
     pub kind: String,
+    /// Name, and labels that placement constraints match against.
     pub metadata: ObjectMeta,
+    /// What the platform team declares.
     pub spec: MemberClusterSpec,
+    /// What the federation last heard from the member's agent; None until it first reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<MemberClusterStatus>,
 }
@@ -25,6 +31,7 @@ pub struct MemberCluster {
 impl_resource!(MemberCluster => "MemberCluster");
 
 impl MemberCluster {
+    /// A member with no status yet, at the current API version.
     pub fn new(name: impl Into<String>, spec: MemberClusterSpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -36,10 +43,13 @@ impl MemberCluster {
     }
 }
 
+/// Where a member is and what it has; its capacity is reported, never declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberClusterSpec {
+    /// Region name; placement and the capacity view group members by it.
     pub region: String,
+    /// Zone within the region, for members that sit in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
     /// Quota schedules move quota between pools, so every node belongs to one.
@@ -59,6 +69,7 @@ fn default_levels() -> Vec<TopologyLevel> {
 }
 
 impl MemberClusterSpec {
+    /// A spec with no zone and no GPU models declared, labelled at node level only.
     pub fn new(region: impl Into<String>, pools: Vec<Pool>) -> Self {
         Self {
             region: region.into(),
@@ -69,29 +80,38 @@ impl MemberClusterSpec {
         }
     }
 
+    /// Whether the member's nodes carry labels for `level`, so gangs can require it there.
     pub fn supports_level(&self, level: TopologyLevel) -> bool {
         self.topology_levels.contains(&level)
     }
 }
 
+/// A set of nodes that quota and tidal schedules treat as one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Pool {
+    /// Unique within the member; digests and quota schedules refer to the pool by it.
     pub name: String,
+    /// What the pool is for, which decides whose work it takes.
     pub kind: PoolKind,
 }
 
+/// What a pool is for; lower case on the wire (`training`, `inference`, `shared`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolKind {
+    /// Batch and training work.
     Training,
+    /// Latency-sensitive serving.
     Inference,
     /// Serves either; tidal schedules decide who gets it when.
     Shared,
 }
 
+/// The federation's view of a member's health; `NotReady` until its first heartbeat.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MemberPhase {
+    /// Heartbeating and accepting new work.
     Ready,
     /// Missed heartbeats; its work is subject to the rescheduling state machine.
     #[default]
@@ -103,19 +123,25 @@ pub enum MemberPhase {
 }
 
 impl MemberPhase {
+    /// Only `Ready` members are offered new assignments.
     pub fn accepts_work(self) -> bool {
         self == Self::Ready
     }
 }
 
+/// What the federation last heard from the member's agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberClusterStatus {
+    /// Derived from heartbeats and operator actions (drain, cordon).
     pub phase: MemberPhase,
+    /// When the last heartbeat arrived (federation's wall clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat: Option<DateTime<Utc>>,
+    /// Why the member is in its phase, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Version of the member agent that sent the last heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
 }

@@ -28,13 +28,18 @@ pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ObjectMeta {
+    /// DNS-1123 label, unique per kind; see [`validate_name`].
     pub name: String,
+    /// Set by the server at creation; a UUID that never repeats (see [`new_uid`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// Matched by placement constraints and list selectors; Kubernetes' key and value rules.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Free-form notes for people and tools; at most [`MAX_ANNOTATIONS_BYTES`] in total.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// Set by the server when the object is first stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<DateTime<Utc>>,
     /// Raft log index of the last write; used for optimistic concurrency on updates.
@@ -46,6 +51,7 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
+    /// Metadata with only a name, as a client sends it before the server fills in the rest.
     pub fn named(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -64,7 +70,9 @@ pub fn new_uid() -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TypeMeta {
+    /// E.g. `tideway.dev/v1alpha1`; must equal [`API_VERSION`] to decode.
     pub api_version: String,
+    /// The resource type, e.g. `Workload`.
     pub kind: String,
 }
 
@@ -72,8 +80,11 @@ pub struct TypeMeta {
 pub trait Resource {
     /// The `kind` this type is stored and served as.
     const KIND: &'static str;
+    /// The object's metadata.
     fn metadata(&self) -> &ObjectMeta;
+    /// Mutable metadata, for the server to stamp uid, versions and timestamps.
     fn metadata_mut(&mut self) -> &mut ObjectMeta;
+    /// The object's name, unique per kind.
     fn name(&self) -> &str {
         &self.metadata().name
     }
@@ -98,22 +109,49 @@ pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Why a name, label key or label value was rejected; the messages complete "`field` ...".
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum MetaError {
+    /// The name was empty.
     #[error("must not be empty")]
     Empty,
+    /// Longer than the limit.
     #[error("must be at most {max} characters (got {len})")]
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// Length found, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// A character outside `[a-z0-9-]`.
     #[error(
         "must consist of lower case letters, digits and '-' (found {found:?} at position {index})"
     )]
-    InvalidCharacter { found: char, index: usize },
+    InvalidCharacter {
+        /// The first offending character.
+        found: char,
+        /// Its byte offset in the name.
+        index: usize,
+    },
+    /// A leading or trailing '-'.
     #[error("must start and end with a lower case letter or digit")]
     BadEdge,
+    /// A label key that breaks Kubernetes' qualified-name rule.
     #[error("label key {key:?}: {reason}")]
-    LabelKey { key: String, reason: String },
+    LabelKey {
+        /// The key as given.
+        key: String,
+        /// Which part of the rule it breaks.
+        reason: String,
+    },
+    /// A label value that breaks Kubernetes' label value rule.
     #[error("label value {value:?}: {reason}")]
-    LabelValue { value: String, reason: String },
+    LabelValue {
+        /// The value as given.
+        value: String,
+        /// Which part of the rule it breaks.
+        reason: String,
+    },
 }
 
 /// Checks a DNS-1123 label (lower case alphanumerics and '-', at most 63 characters),
@@ -182,6 +220,7 @@ pub fn validate_label_key(key: &str) -> Result<(), MetaError> {
     check_label_segment(name).map_err(err)
 }
 
+/// Kubernetes' label value rule; the empty value is allowed.
 pub fn validate_label_value(value: &str) -> Result<(), MetaError> {
     if value.is_empty() {
         return Ok(());

@@ -16,13 +16,19 @@ use crate::quota_schedule::{QuotaSchedule, QuotaTarget};
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 use crate::workload::DEFAULT_PRIORITY_CLASS;
 
+/// The scheduling policy bundle; applying one creates a new policy version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Policy {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `Policy`.
     pub kind: String,
+    /// Name of the bundle.
     pub metadata: ObjectMeta,
+    /// Queues, quota schedules, priority classes and scheduler settings, applied together.
     pub spec: PolicySpec,
+    /// Set by the server on apply or rollback; None in a document a user writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PolicyStatus>,
 }
@@ -30,6 +36,7 @@ pub struct Policy {
 impl_resource!(Policy => "Policy");
 
 impl Policy {
+    /// A bundle as a user writes it: no status yet.
     pub fn new(name: impl Into<String>, spec: PolicySpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -46,28 +53,36 @@ impl Policy {
     }
 }
 
+/// The contents of a policy bundle; names are unique within each list.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PolicySpec {
+    /// Every queue; a workload naming a queue not listed here is rejected.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<Queue>,
+    /// Tidal schedules that move quota between queues over the day and week.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quota_schedules: Vec<QuotaSchedule>,
+    /// Priority classes workloads may name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub priority_classes: Vec<PriorityClass>,
+    /// Scheduler knobs; each has a default, so the whole section may be left out.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
 }
 
 impl PolicySpec {
+    /// The queue named `name`, if the bundle has one.
     pub fn queue(&self, name: &str) -> Option<&Queue> {
         self.queues.iter().find(|q| q.name() == name)
     }
 
+    /// The priority class named `name`, if the bundle has one.
     pub fn priority_class(&self, name: &str) -> Option<&PriorityClass> {
         self.priority_classes.iter().find(|p| p.name() == name)
     }
 
+    /// The quota schedule named `name`, if the bundle has one.
     pub fn quota_schedule(&self, name: &str) -> Option<&QuotaSchedule> {
         self.quota_schedules.iter().find(|s| s.name() == name)
     }
@@ -80,6 +95,7 @@ impl PolicySpec {
 pub struct SchedulerSettings {
     /// Weighted dominant-resource fairness across queues of a cohort.
     pub fair_sharing: bool,
+    /// Whether higher-priority work may evict lower-priority work at all.
     pub preemption: bool,
     /// Bounds disruption: a burst of high-priority work cannot evict the whole fleet at once.
     pub max_preemptions_per_minute: u32,
@@ -89,6 +105,7 @@ pub struct SchedulerSettings {
     pub member_heartbeat_timeout_seconds: u64,
     /// How long work on a NotReady member is left alone before it is rescheduled elsewhere.
     pub member_loss_grace_seconds: u64,
+    /// Re-dispatches after member loss before a workload fails. Not read by the scheduler yet.
     pub max_reschedule_attempts: u32,
     /// Seeds tie-breaks so equal candidates are ordered the same way on every replay.
     pub tie_break_seed: u64,
@@ -118,13 +135,16 @@ impl Default for SchedulerSettings {
 pub struct PolicyStatus {
     /// Monotonic; decisions and audit records cite it.
     pub version: u64,
+    /// When the server applied this version (its wall clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_at: Option<DateTime<Utc>>,
+    /// Who applied it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_by: Option<String>,
     /// Set when this version was created by rolling back to an earlier one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back_to: Option<u64>,
+    /// A note on this version for people, e.g. why it was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -11,20 +11,27 @@ use crate::validation::{CheckAt, Checker, at, impl_validate};
 
 /// Kubernetes reserves values above one billion for system classes; so do we.
 pub const MAX_PRIORITY_VALUE: i32 = 1_000_000_000;
+/// The bottom of the user range, mirroring [`MAX_PRIORITY_VALUE`].
 pub const MIN_PRIORITY_VALUE: i32 = -1_000_000_000;
 
+/// A named priority level that workloads refer to by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PriorityClass {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `PriorityClass`.
     pub kind: String,
+    /// The name workloads give in `spec.priorityClass`.
     pub metadata: ObjectMeta,
+    /// Value, eviction rules and who may use the class.
     pub spec: PriorityClassSpec,
 }
 
 impl_resource!(PriorityClass => "PriorityClass");
 
 impl PriorityClass {
+    /// A class at the current API version.
     pub fn new(name: impl Into<String>, spec: PriorityClassSpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -35,13 +42,16 @@ impl PriorityClass {
     }
 }
 
+/// What a priority class means for scheduling and who may use it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PriorityClassSpec {
     /// Higher runs first and may preempt lower.
     pub value: i32,
+    /// Whether this class's work may be evicted; `allowed` if left out.
     #[serde(default)]
     pub preemptibility: Preemptibility,
+    /// Whether this class's work may evict others; `preemptLowerPriority` if left out.
     #[serde(default)]
     pub preemption_policy: PreemptionPolicy,
     /// Waiting raises effective priority so low-priority work cannot starve forever.
@@ -53,11 +63,13 @@ pub struct PriorityClassSpec {
     /// Queues whose workloads may use this class; empty allows every queue.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_queues: Vec<String>,
+    /// What the class is for, for people choosing one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
 
 impl PriorityClassSpec {
+    /// A class of `value` with every other field at its default: preemptible, open to all, no aging.
     pub fn new(value: i32) -> Self {
         Self {
             value,
@@ -93,6 +105,7 @@ impl PriorityClassSpec {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Preemptibility {
+    /// May be evicted for higher-priority work or tidal reclaim.
     #[default]
     Allowed,
     /// Evicted only when no `allowed` victim set suffices, and only after a checkpoint grace.
@@ -105,11 +118,14 @@ pub enum Preemptibility {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum PreemptionPolicy {
+    /// May evict lower-priority work to make room.
     #[default]
     PreemptLowerPriority,
+    /// Waits for room instead of evicting anyone.
     Never,
 }
 
+/// How waiting raises a class's effective priority; see [`PriorityClassSpec::effective_priority`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Aging {

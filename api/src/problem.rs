@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::decode::DecodeError;
 use crate::validation::{FieldError, ValidationErrors};
 
+/// The media type of every problem body (RFC 9457).
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
 /// Problem types are stable identifiers clients may match on; they need not resolve.
@@ -21,14 +22,20 @@ pub const TYPE_BASE: &str = "https://tideway.dev/problems/";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
+    /// A URI under [`TYPE_BASE`] that clients match on; `type` on the wire.
     #[serde(rename = "type")]
     pub type_: String,
+    /// Short, fixed per type: the same for every occurrence.
     pub title: String,
+    /// The HTTP status code, repeated in the body so a stored body stands alone.
     pub status: u16,
+    /// What went wrong this time, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Usually the request path, to correlate with server logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// Every invalid field of a submission at once (Tideway's extension member).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
 }
@@ -46,6 +53,7 @@ impl Problem {
         }
     }
 
+    /// Says what went wrong this time.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
         self
@@ -57,6 +65,7 @@ impl Problem {
         self
     }
 
+    /// 400 for a request that is wrong as a whole; field problems use [`Problem::bad_request_fields`].
     pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new("bad-request", "Bad Request", 400).with_detail(detail)
     }
@@ -74,14 +83,17 @@ impl Problem {
         }
     }
 
+    /// 401: no or bad credentials.
     pub fn unauthorized(detail: impl Into<String>) -> Self {
         Self::new("unauthorized", "Unauthorized", 401).with_detail(detail)
     }
 
+    /// 403: known caller, not allowed.
     pub fn forbidden(detail: impl Into<String>) -> Self {
         Self::new("forbidden", "Forbidden", 403).with_detail(detail)
     }
 
+    /// 404 naming the kind and name that were looked up.
     pub fn not_found(kind: &str, name: &str) -> Self {
         Self::new("not-found", "Not Found", 404).with_detail(format!("{kind} {name:?} not found"))
     }
@@ -91,17 +103,20 @@ impl Problem {
         Self::new("conflict", "Conflict", 409).with_detail(detail)
     }
 
+    /// 413 naming the body limit, in bytes.
     pub fn payload_too_large(limit_bytes: usize) -> Self {
         Self::new("payload-too-large", "Payload Too Large", 413)
             .with_detail(format!("request body exceeds {limit_bytes} bytes"))
     }
 
+    /// 415 naming the content type and the two that are accepted.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new("unsupported-media-type", "Unsupported Media Type", 415).with_detail(format!(
             "content type {content_type:?} is not supported; use application/json or application/yaml"
         ))
     }
 
+    /// 429: the client should slow down.
     pub fn too_many_requests(detail: impl Into<String>) -> Self {
         Self::new("too-many-requests", "Too Many Requests", 429).with_detail(detail)
     }

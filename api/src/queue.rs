@@ -14,15 +14,22 @@ use crate::workload::WorkloadClass;
 
 /// Larger than any fleet; only guards arithmetic against absurd input.
 pub const MAX_QUOTA_GPUS: u32 = 1_000_000;
+/// Caps `fairShareWeight` for the same reason as [`MAX_QUOTA_GPUS`].
 pub const MAX_FAIR_SHARE_WEIGHT: f64 = 1_000_000.0;
 
+/// Where workloads wait for quota; a workload names its queue in `spec.queue`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Queue {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `Queue`.
     pub kind: String,
+    /// The name workloads give as their queue.
     pub metadata: ObjectMeta,
+    /// Owner, quotas and competition rules.
     pub spec: QueueSpec,
+    /// Computed by the federation; None in a document a user writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<QueueStatus>,
 }
@@ -30,6 +37,7 @@ pub struct Queue {
 impl_resource!(Queue => "Queue");
 
 impl Queue {
+    /// A queue at the current API version.
     pub fn new(name: impl Into<String>, spec: QueueSpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -41,6 +49,7 @@ impl Queue {
     }
 }
 
+/// A tenant's quotas and how the queue competes with others in its cohort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueueSpec {
@@ -55,8 +64,10 @@ pub struct QueueSpec {
     /// One entry per flavor; a flavor without an entry has no quota in this queue.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<FlavorQuota>,
+    /// Relative share under fair sharing within the cohort; 1 if left out, must be positive.
     #[serde(default = "default_weight")]
     pub fair_share_weight: f64,
+    /// Whom the queue's work may evict; see [`QueuePreemption`] for the defaults.
     #[serde(default)]
     pub preemption: QueuePreemption,
     /// Caps admitted-or-running workloads per user so one person cannot drain the queue.
@@ -69,6 +80,7 @@ fn default_weight() -> f64 {
 }
 
 impl QueueSpec {
+    /// A queue of `tenant` with no cohort, no quota, weight 1 and default preemption.
     pub fn new(tenant: impl Into<String>) -> Self {
         Self {
             tenant: tenant.into(),
@@ -81,18 +93,22 @@ impl QueueSpec {
         }
     }
 
+    /// Whether the queue accepts workloads of `class`.
     pub fn serves(&self, class: WorkloadClass) -> bool {
         self.classes.is_empty() || self.classes.contains(&class)
     }
 
+    /// The quota entry for GPU model `flavor`; None means no quota in this queue.
     pub fn quota_for(&self, flavor: &str) -> Option<&FlavorQuota> {
         self.quotas.iter().find(|q| q.flavor == flavor)
     }
 }
 
+/// A queue's quota of one GPU flavor, in GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FlavorQuota {
+    /// GPU model, e.g. `H100`; unique within the queue.
     pub flavor: String,
     /// Always available to this queue; reclaimed from borrowers when needed.
     pub guaranteed: u32,
@@ -108,6 +124,7 @@ pub struct FlavorQuota {
 }
 
 impl FlavorQuota {
+    /// A plain guarantee of `gpus`, with no borrowing or lending limit and no cap.
     pub fn guaranteed(flavor: impl Into<String>, gpus: u32) -> Self {
         Self {
             flavor: flavor.into(),
@@ -137,11 +154,15 @@ impl FlavorQuota {
     }
 }
 
+/// Which workloads a queue's work may evict; camelCase on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum PreemptionScope {
+    /// Evicts nobody.
     Never,
+    /// Only workloads of lower priority.
     LowerPriority,
+    /// Any workload, whatever its priority.
     Any,
 }
 
@@ -150,7 +171,9 @@ pub enum PreemptionScope {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QueuePreemption {
+    /// Eviction inside the queue itself; `lowerPriority` by default.
     pub within_queue: PreemptionScope,
+    /// Eviction of cohort borrowers to take back guaranteed quota; `any` by default.
     pub reclaim_within_cohort: PreemptionScope,
 }
 
@@ -167,8 +190,11 @@ impl Default for QueuePreemption {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QueueStatus {
+    /// Workloads waiting for admission.
     pub pending_workloads: u32,
+    /// Workloads admitted or running.
     pub active_workloads: u32,
+    /// GPUs in use, by flavor.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub used_gpus: BTreeMap<String, u64>,
     /// Part of `usedGpus` above the guarantee, i.e. borrowed from the cohort.

@@ -20,21 +20,35 @@ use crate::validation::{CheckAt, Checker, at, impl_validate};
 pub const MAX_TRANSITION_SECONDS: u64 = 7 * 24 * 3600;
 const MINUTES_PER_DAY: u16 = 24 * 60;
 
+/// Why a schedule's time zone or time of day cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ScheduleError {
+    /// The `timeZone` is not in the IANA database.
     #[error("unknown IANA time zone {0:?}")]
     UnknownTimeZone(String),
+    /// A `start` or `end` that is not a valid "HH:MM".
     #[error("{value:?} is not a time of day: {reason}")]
-    BadTime { value: String, reason: &'static str },
+    BadTime {
+        /// The text as written.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
+/// Tidal quotas: calendar windows that override queue or pool quotas at set times.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaSchedule {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `QuotaSchedule`.
     pub kind: String,
+    /// Name of the schedule; policy bundles list schedules by it.
     pub metadata: ObjectMeta,
+    /// Zone, windows, transition rules and scope.
     pub spec: QuotaScheduleSpec,
+    /// Written by the tidal engine; None in a document a user writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<QuotaScheduleStatus>,
 }
@@ -42,6 +56,7 @@ pub struct QuotaSchedule {
 impl_resource!(QuotaSchedule => "QuotaSchedule");
 
 impl QuotaSchedule {
+    /// A schedule at the current API version.
     pub fn new(name: impl Into<String>, spec: QuotaScheduleSpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -53,6 +68,7 @@ impl QuotaSchedule {
     }
 }
 
+/// When each window applies, what quota it sets, and how boundaries are crossed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaScheduleSpec {
@@ -61,13 +77,16 @@ pub struct QuotaScheduleSpec {
     /// The first window containing an instant wins; outside every window the queues' own
     /// quotas apply.
     pub windows: Vec<QuotaWindow>,
+    /// How boundaries are crossed; defaults if left out (see [`Transition`]).
     #[serde(default)]
     pub transition: Transition,
+    /// Which regions, clusters and flavors the schedule governs; everything if left out.
     #[serde(default, skip_serializing_if = "ScheduleScope::is_everything")]
     pub scope: ScheduleScope,
 }
 
 impl QuotaScheduleSpec {
+    /// The parsed `timeZone`; fails for names not in the IANA database.
     pub fn tz(&self) -> Result<Tz, ScheduleError> {
         Tz::from_str(&self.time_zone)
             .map_err(|_| ScheduleError::UnknownTimeZone(self.time_zone.clone()))
@@ -87,9 +106,11 @@ impl QuotaScheduleSpec {
     }
 }
 
+/// A recurring local-time window and the quotas that hold during it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaWindow {
+    /// Shown in status and explanations, e.g. `business-hours`.
     pub name: String,
     /// Days on which the window opens; empty means every day. A window that crosses
     /// midnight belongs to the day it opens on.
@@ -99,6 +120,7 @@ pub struct QuotaWindow {
     pub start: String,
     /// "HH:MM" (or "24:00"), local time, exclusive; earlier than `start` crosses midnight.
     pub end: String,
+    /// The quotas in force while the window is active.
     pub quotas: Vec<WindowQuota>,
 }
 
@@ -113,6 +135,7 @@ impl QuotaWindow {
         parse_time_of_day(&self.end, true)
     }
 
+    /// Whether `end` is earlier than `start`, so the window runs into the next day.
     pub fn crosses_midnight(&self) -> Result<bool, ScheduleError> {
         Ok(self.end_minute()? < self.start_minute()?)
     }
@@ -158,25 +181,34 @@ pub fn parse_time_of_day(value: &str, allow_end_of_day: bool) -> Result<u16, Sch
     }
 }
 
+/// A day of the week; three-letter lower case on the wire (`mon`), full names accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DayOfWeek {
+    /// Monday.
     #[serde(rename = "mon", alias = "monday")]
     Mon,
+    /// Tuesday.
     #[serde(rename = "tue", alias = "tuesday")]
     Tue,
+    /// Wednesday.
     #[serde(rename = "wed", alias = "wednesday")]
     Wed,
+    /// Thursday.
     #[serde(rename = "thu", alias = "thursday")]
     Thu,
+    /// Friday.
     #[serde(rename = "fri", alias = "friday")]
     Fri,
+    /// Saturday.
     #[serde(rename = "sat", alias = "saturday")]
     Sat,
+    /// Sunday.
     #[serde(rename = "sun", alias = "sunday")]
     Sun,
 }
 
 impl DayOfWeek {
+    /// Monday to Friday, for business-hours windows.
     pub const WEEKDAYS: [DayOfWeek; 5] = [Self::Mon, Self::Tue, Self::Wed, Self::Thu, Self::Fri];
 }
 
@@ -213,20 +245,25 @@ impl From<Weekday> for DayOfWeek {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "WindowQuotaRepr", into = "WindowQuotaRepr")]
 pub struct WindowQuota {
+    /// The pool or queue whose quota the window sets.
     pub target: QuotaTarget,
     /// Unset applies the amount to every flavor in scope, each separately.
     pub flavor: Option<String>,
+    /// Absolute GPUs or a share of the capacity in scope.
     pub amount: QuotaAmount,
 }
 
+/// What a window quota applies to: exactly one of `pool` or `queue` on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QuotaTarget {
     /// A member-cluster pool name (e.g. "training", "inference").
     Pool(String),
+    /// A queue name.
     Queue(String),
 }
 
 impl QuotaTarget {
+    /// The pool or queue name.
     pub fn name(&self) -> &str {
         match self {
             Self::Pool(n) | Self::Queue(n) => n,
@@ -234,8 +271,10 @@ impl QuotaTarget {
     }
 }
 
+/// How much quota a window grants: exactly one of `gpus` or `share` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum QuotaAmount {
+    /// A fixed number of GPUs.
     Gpus(u32),
     /// Fraction (0 to 1) of the fleet capacity of the flavor within the schedule's scope.
     Share(f64),
@@ -317,6 +356,7 @@ pub struct Transition {
     pub lead_time_seconds: u64,
     /// After a boundary, over-quota work gets this long to checkpoint before preemption.
     pub checkpoint_grace_seconds: u64,
+    /// Which over-quota work is preempted first after a boundary.
     pub reclaim_order: ReclaimOrder,
 }
 
@@ -330,13 +370,16 @@ impl Default for Transition {
     }
 }
 
+/// Order in which over-quota work is preempted at a boundary; camelCase on the wire.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ReclaimOrder {
     /// Not-yet-started first, then by most recent checkpoint, then the rest.
     #[default]
     LeastWorkLost,
+    /// Lowest effective priority first.
     LowestPriority,
+    /// Most recently started first.
     NewestFirst,
 }
 
@@ -344,15 +387,19 @@ pub enum ReclaimOrder {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ScheduleScope {
+    /// Regions in scope, by name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<String>,
+    /// Member clusters in scope, by name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<String>,
+    /// GPU models in scope, e.g. `H100`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub flavors: Vec<String>,
 }
 
 impl ScheduleScope {
+    /// True when every list is empty, i.e. the whole fleet; then `scope` is left off the wire.
     pub fn is_everything(&self) -> bool {
         self.regions.is_empty() && self.clusters.is_empty() && self.flavors.is_empty()
     }
@@ -362,10 +409,13 @@ impl ScheduleScope {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QuotaScheduleStatus {
+    /// Name of the window in force now; None between windows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_window: Option<String>,
+    /// When the last window boundary was crossed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_transition_at: Option<DateTime<Utc>>,
+    /// When the next window boundary falls, so operators can see a change coming.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_transition_at: Option<DateTime<Utc>>,
 }

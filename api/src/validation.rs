@@ -19,11 +19,14 @@ use crate::meta::{self, API_VERSION, ObjectMeta};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FieldError {
+    /// camelCase JSON path, e.g. `spec.podSets[0].gpusPerPod`; empty for the whole document.
     pub field: String,
+    /// What is wrong, phrased to follow the field name.
     pub reason: String,
 }
 
 impl FieldError {
+    /// An error at `field`; pass "" for the document as a whole.
     pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             field: field.into(),
@@ -56,14 +59,17 @@ fn join(errors: &[FieldError]) -> String {
 }
 
 impl ValidationErrors {
+    /// Number of problems found.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// True only for a value built by hand: validation never returns an empty list as an error.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The problems in the order they were found.
     pub fn iter(&self) -> std::slice::Iter<'_, FieldError> {
         self.0.iter()
     }
@@ -73,6 +79,7 @@ impl ValidationErrors {
         self.0.iter().any(|e| e.field == field)
     }
 
+    /// The problems, for callers that build a problem+json body.
     pub fn into_inner(self) -> Vec<FieldError> {
         self.0
     }

@@ -28,13 +28,19 @@ pub const MAX_RETRY_LIMIT: u32 = 100;
 /// The priority class a workload gets when it names none.
 pub const DEFAULT_PRIORITY_CLASS: &str = "normal";
 
+/// One unit of work: submitted once, placed on one member cluster as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Workload {
+    /// Always [`API_VERSION`].
     pub api_version: String,
+    /// Always `Workload`.
     pub kind: String,
+    /// Name (unique among workloads) and labels; the server sets the uid.
     pub metadata: ObjectMeta,
+    /// What the work needs, as the user wrote it (the server may fill in `user`).
     pub spec: WorkloadSpec,
+    /// Written by the federation; None in a document a user writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<WorkloadStatus>,
 }
@@ -42,6 +48,7 @@ pub struct Workload {
 impl_resource!(Workload => "Workload");
 
 impl Workload {
+    /// A workload at the current API version, with no status.
     pub fn new(name: impl Into<String>, spec: WorkloadSpec) -> Self {
         Self {
             api_version: API_VERSION.to_owned(),
@@ -57,13 +64,18 @@ impl Workload {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadClass {
+    /// Long-running jobs, usually gangs; checkpoint-aware preemption matters most here.
     Training,
+    /// Serving replicas; the usual winner of daytime tidal windows.
     Inference,
+    /// Evaluation runs of trained models.
     Eval,
+    /// Short exploratory runs.
     Experiment,
 }
 
 impl WorkloadClass {
+    /// Every class, in the order `--help` and error messages list them.
     pub const ALL: [WorkloadClass; 4] = [
         Self::Training,
         Self::Inference,
@@ -116,31 +128,44 @@ impl std::str::FromStr for WorkloadClass {
     }
 }
 
+/// What a workload needs and what the scheduler may assume about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadSpec {
+    /// The queue it waits in; must name a queue of the current policy.
     pub queue: String,
+    /// Must be one the queue serves.
     pub class: WorkloadClass,
+    /// A priority class of the current policy; `normal` if left out.
     #[serde(default = "default_priority_class")]
     pub priority_class: String,
     /// Who submitted it; the server fills it from authentication when absent. Per-user limits
     /// and priority-class permissions apply to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// At least one, at most [`MAX_POD_SETS`]; names unique.
     pub pod_sets: Vec<PodSet>,
     /// Present when the pods are only useful together (all-or-nothing admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<Gang>,
+    /// A topology domain the gang must (or should) fit in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyRequirement>,
+    /// Regions and clusters it may run in; anywhere if left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
     /// Lets tidal windows and backfill decide whether the work can finish before a boundary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_estimate_seconds: Option<u64>,
+    /// A hard limit, as Slurm's time limit: the member stops the workload once it has run
+    /// this long. Without an estimate the scheduler plans with the limit (it cannot run
+    /// longer), so a tight limit buys earlier backfill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_limit_seconds: Option<u64>,
     /// Present when the work checkpoints; makes it cheaper to preempt and reclaim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
+    /// Re-dispatches allowed after a failure on a member; 0 if left out (fail at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_limit: Option<u32>,
     /// Passed untouched to the member cluster (a pod template or Volcano task template);
@@ -166,6 +191,7 @@ impl WorkloadSpec {
             topology: None,
             placement: None,
             runtime_estimate_seconds: None,
+            runtime_limit_seconds: None,
             checkpoint: None,
             retry_limit: None,
             template: None,
@@ -177,6 +203,7 @@ impl WorkloadSpec {
         self.pod_sets.iter().map(PodSet::total_gpus).sum()
     }
 
+    /// Pods over every pod set.
     pub fn total_pods(&self) -> u64 {
         self.pod_sets.iter().map(|p| u64::from(p.count)).sum()
     }
@@ -196,27 +223,34 @@ impl WorkloadSpec {
             .map_or_else(|| self.total_pods(), |g| u64::from(g.min_count))
     }
 
+    /// Whether the work checkpoints, which makes it cheaper to preempt.
     pub fn is_checkpointable(&self) -> bool {
         self.checkpoint.is_some()
     }
 }
 
+/// A group of identical pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PodSet {
+    /// Unique within the workload.
     pub name: String,
+    /// Pods in the set, at most [`MAX_POD_COUNT`].
     pub count: u32,
+    /// Whole GPUs each pod needs on one node, at most [`MAX_GPUS_PER_POD`].
     pub gpus_per_pod: u32,
     /// The GPU model (e.g. "H100"); quotas and capacity are per flavor.
     pub flavor: String,
     /// Kubernetes quantity, passed through to the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
+    /// Kubernetes quantity, passed through to the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
 }
 
 impl PodSet {
+    /// A set of `count` pods of `gpus_per_pod` GPUs of `flavor`, with no CPU or memory request.
     pub fn new(name: impl Into<String>, count: u32, gpus_per_pod: u32, flavor: &str) -> Self {
         Self {
             name: name.into(),
@@ -228,14 +262,17 @@ impl PodSet {
         }
     }
 
+    /// GPUs over every pod of the set.
     pub fn total_gpus(&self) -> u64 {
         u64::from(self.count) * u64::from(self.gpus_per_pod)
     }
 }
 
+/// All-or-nothing admission: no pod starts until `min_count` can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Gang {
+    /// Pods that must start together; at most the workload's total.
     pub min_count: u32,
 }
 
@@ -244,12 +281,16 @@ pub struct Gang {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TopologyLevel {
+    /// One node.
     Node,
+    /// A rack of nodes, as the member labels it.
     Rack,
+    /// A zone of racks.
     Zone,
 }
 
 impl TopologyLevel {
+    /// The name as serialized and as the CLI takes it (`rack`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Node => "node",
@@ -277,12 +318,14 @@ pub enum TopologyRequirement {
 }
 
 impl TopologyRequirement {
+    /// The level, required or preferred.
     pub fn level(self) -> TopologyLevel {
         match self {
             Self::Required(l) | Self::Preferred(l) => l,
         }
     }
 
+    /// Whether the workload waits rather than spreading over domains.
     pub fn is_required(self) -> bool {
         matches!(self, Self::Required(_))
     }
@@ -327,8 +370,10 @@ impl From<TopologyRequirement> for TopologyRepr {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Placement {
+    /// Regions allowed, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<String>,
+    /// Member clusters allowed, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<String>,
     /// Spread independent replicas over clusters (inference) instead of packing them.
@@ -336,26 +381,34 @@ pub struct Placement {
     pub spread: bool,
 }
 
+/// How often the work checkpoints, so preemption can estimate the work it would lose.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Checkpoint {
+    /// Seconds between checkpoints, at most [`MAX_CHECKPOINT_INTERVAL_SECONDS`].
     pub interval_seconds: u64,
     /// Reported by the member; the work lost on preemption is measured from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint_at: Option<DateTime<Utc>>,
 }
 
+/// Where a workload is in its life; PascalCase on the wire (`Running`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum WorkloadPhase {
+    /// Waiting for quota or capacity; see `status.pendingReason`.
     #[default]
     Pending,
     /// Quota reserved, no cluster chosen yet.
     Admitted,
     /// Handed to a member cluster, not yet running there.
     Assigned,
+    /// Running on its member cluster.
     Running,
+    /// Finished successfully (terminal).
     Succeeded,
+    /// Failed with no retries left (terminal).
     Failed,
+    /// Cancelled by a user (terminal).
     Cancelled,
     /// Evicted to make room; it goes back to the queue unless its retries are spent.
     Preempted,
@@ -422,13 +475,16 @@ impl std::str::FromStr for WorkloadPhase {
     }
 }
 
+/// Written by the federation; users never set it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadStatus {
+    /// Where the workload is in its life.
     pub phase: WorkloadPhase,
     /// Why it is not running, in a form a dashboard can render and a script can match on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reason: Option<PendingReason>,
+    /// The latest change, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The member cluster it is assigned to.
@@ -437,14 +493,33 @@ pub struct WorkloadStatus {
     /// Dispatch attempts so far; compared with `spec.retryLimit`.
     #[serde(default)]
     pub attempts: u32,
+    /// When the server accepted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_at: Option<DateTime<Utc>>,
+    /// When quota was reserved for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_at: Option<DateTime<Utc>>,
+    /// When its member reported it running (wall clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
+    /// When it reached a terminal phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
+    /// The nodes its pods occupy while it runs, as its member reports them: opaque ids, only
+    /// compared with each other. With them the scheduler knows which victims together free
+    /// a whole node for a gang.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeGpus>,
+}
+
+/// GPUs a workload holds on one node of its member cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeGpus {
+    /// Opaque and stable while the node exists (the member's node name, or a hash of it).
+    pub node: String,
+    /// GPUs its pods hold on that node.
+    pub gpus: u32,
 }
 
 /// Why a workload is waiting, with the numbers that explain it. Tagged by `type` so clients
@@ -454,36 +529,55 @@ pub struct WorkloadStatus {
 pub enum PendingReason {
     /// Not looked at by the scheduler yet.
     Queued,
+    /// The queue's quota of the flavor is used up.
     QuotaExhausted {
+        /// The queue whose quota is exhausted.
         queue: String,
+        /// The GPU model.
         flavor: String,
+        /// GPUs of the flavor the queue uses now.
         used: u64,
+        /// The most the queue may use of the flavor now.
         limit: u64,
     },
+    /// No cluster has enough free GPUs of the flavor for the gang.
     InsufficientCapacity {
+        /// The GPU model.
         flavor: String,
+        /// GPUs the workload needs of it.
         needed: u64,
         /// Largest gang (in GPUs) that fits in one domain of the required level, per cluster.
         largest_fit_per_cluster: BTreeMap<String, u32>,
     },
     /// Enough GPUs are free in total, but not in one topology domain.
     Fragmentation {
+        /// Most free GPUs of the flavor in any one candidate cluster.
         free_total: u64,
+        /// Largest fit in one domain of the required level, in GPUs.
         largest_domain: u64,
     },
+    /// No member cluster satisfies the placement and class constraints.
     NoMatchingCluster {
+        /// The constraint no cluster met, for people.
         constraint: String,
+        /// Clusters filtered out by it (the list may be truncated).
         clusters_filtered: Vec<String>,
     },
     /// The current quota window gives this queue nothing until the next one opens.
     WindowClosed {
+        /// When the next window opens.
         until: DateTime<Utc>,
     },
+    /// Held back by a rate limit (preemptions or re-dispatches per minute).
     RateLimited,
+    /// Only clusters that are not Ready could take it; it waits for them.
     MemberUnavailable {
+        /// The first such member cluster.
         cluster: String,
     },
+    /// Victims are being evicted to make room; it starts once they are gone.
     WaitingForPreemption {
+        /// The workloads being evicted for it, by uid.
         victims: Vec<String>,
     },
 }
@@ -676,6 +770,20 @@ impl CheckAt for WorkloadSpec {
                 MAX_RUNTIME_ESTIMATE_SECONDS,
             );
         }
+        if let Some(limit) = self.runtime_limit_seconds {
+            c.range(
+                at(p, "runtimeLimitSeconds"),
+                limit,
+                1,
+                MAX_RUNTIME_ESTIMATE_SECONDS,
+            );
+            if self.runtime_estimate_seconds.is_some_and(|e| e > limit) {
+                c.push(
+                    at(p, "runtimeEstimateSeconds"),
+                    "must not exceed runtimeLimitSeconds: the workload is stopped at its limit",
+                );
+            }
+        }
         if let Some(checkpoint) = &self.checkpoint {
             c.range(
                 at(p, "checkpoint.intervalSeconds"),
@@ -816,6 +924,10 @@ mod tests {
             admitted_at: None,
             started_at: None,
             finished_at: None,
+            nodes: vec![NodeGpus {
+                node: "n-17".into(),
+                gpus: 8,
+            }],
         });
         w
     }
@@ -827,6 +939,19 @@ mod tests {
         assert_eq!(w, sample());
         assert_eq!(w.spec.total_gpus(), 16);
         assert_eq!(w.spec.gang_min_pods(), 2);
+    }
+
+    #[test]
+    fn runtime_limit_bounds_the_estimate() {
+        let mut w = sample();
+        w.spec.runtime_limit_seconds = Some(3600);
+        let errs = w.validate().unwrap_err();
+        assert!(errs.has_field("spec.runtimeEstimateSeconds"), "{errs}");
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        w.spec.runtime_limit_seconds = Some(7200);
+        w.validate().unwrap();
+        let json = serde_json::to_string(&w).unwrap();
+        assert!(json.contains("\"runtimeLimitSeconds\":7200"), "{json}");
     }
 
     #[test]
@@ -949,6 +1074,7 @@ mod tests {
         ];
         w.spec.gang = Some(Gang { min_count: 200_000 });
         w.spec.runtime_estimate_seconds = Some(0);
+        w.spec.runtime_limit_seconds = Some(0);
         w.spec.checkpoint = Some(Checkpoint {
             interval_seconds: 0,
             last_checkpoint_at: None,
@@ -971,12 +1097,13 @@ mod tests {
             "spec.podSets[1].name",
             "spec.gang.minCount",
             "spec.runtimeEstimateSeconds",
+            "spec.runtimeLimitSeconds",
             "spec.checkpoint.intervalSeconds",
             "spec.template",
         ] {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }
-        assert_eq!(errs.len(), 16, "{errs:#?}");
+        assert_eq!(errs.len(), 17, "{errs:#?}");
     }
 
     #[test]

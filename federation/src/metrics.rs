@@ -16,6 +16,14 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// One series per member cluster and phase, 1 for the phase it is in (as kube-state-metrics
+/// does for pods): alerts match `phase="NotReady"` without knowing every phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberPhaseLabel {
+    pub cluster: String,
+    pub phase: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -35,6 +43,7 @@ pub struct Metrics {
     queue_depth: Family<QueueLabel, Gauge<i64, AtomicI64>>,
     preemptions: Counter<u64, AtomicU64>,
     reroutes: Counter<u64, AtomicU64>,
+    member_phase: Family<MemberPhaseLabel, Gauge<i64, AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -104,7 +113,14 @@ impl Default for Metrics {
             "Workloads assigned again after a failed or evicted attempt",
             reroutes.clone(),
         );
+        let member_phase = Family::<MemberPhaseLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "member_phase",
+            "1 for the phase each member cluster is in (Ready, NotReady, Draining, Cordoned)",
+            member_phase.clone(),
+        );
         Self {
+            member_phase,
             registry,
             cycle_seconds,
             assign_latency,
@@ -152,6 +168,21 @@ impl Metrics {
         self.preemptions.inc_by(n as u64);
     }
 
+    /// Sets every member's phase series from the replicated state.
+    pub fn set_member_phases(&self, members: &[(String, tideway_api::MemberPhase)]) {
+        use tideway_api::MemberPhase::{Cordoned, Draining, NotReady, Ready};
+        for (cluster, current) in members {
+            for phase in [Ready, NotReady, Draining, Cordoned] {
+                self.member_phase
+                    .get_or_create(&MemberPhaseLabel {
+                        cluster: cluster.clone(),
+                        phase: format!("{phase:?}"),
+                    })
+                    .set(i64::from(phase == *current));
+            }
+        }
+    }
+
     pub fn observe_submit(&self, d: Duration) {
         self.submit_latency.observe(d.as_secs_f64());
     }
@@ -181,4 +212,25 @@ pub struct NodeGauges {
     pub last_applied: u64,
     pub log_syncs: u64,
     pub log_entries: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tideway_api::MemberPhase;
+
+    #[test]
+    fn member_phases_are_one_series_per_phase_with_the_current_one_set() {
+        let m = Metrics::default();
+        m.set_member_phases(&[("eu".into(), MemberPhase::NotReady)]);
+        m.set_member_phases(&[("eu".into(), MemberPhase::Ready)]);
+        let out = m.encode(&NodeGauges::default()).unwrap();
+        for line in [
+            r#"tideway_member_phase{cluster="eu",phase="Ready"} 1"#,
+            r#"tideway_member_phase{cluster="eu",phase="NotReady"} 0"#,
+            r#"tideway_member_phase{cluster="eu",phase="Cordoned"} 0"#,
+        ] {
+            assert!(out.contains(line), "{line} not in {out}");
+        }
+    }
 }

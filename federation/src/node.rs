@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use tideway_api::clock::{RealClock, SharedClock};
 use tokio::net::TcpListener;
 
 use crate::dispatcher::DispatchConfig;
@@ -58,6 +59,9 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
     pub dispatch: DispatchConfig,
+    /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
+    /// its simulated members share.
+    pub clock: SharedClock,
 }
 
 impl NodeConfig {
@@ -74,6 +78,7 @@ impl NodeConfig {
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
             dispatch: DispatchConfig::default(),
+            clock: RealClock::shared(),
         }
     }
 
@@ -140,7 +145,8 @@ impl Node {
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
             limits: cfg.limits.clone(),
-            liveness: Liveness::default(),
+            liveness: Liveness::new(cfg.clock.clone()),
+            clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
         };
@@ -157,6 +163,7 @@ impl Node {
             state.data.clone(),
             state.proposer.clone(),
             cfg.dispatch.clone(),
+            cfg.clock.clone(),
         )));
         tasks.push(tokio::spawn(crate::dispatcher::cycle::schedule_loop(
             raft.clone(),

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 use tideway_api::agent::{Desired, Heartbeat, LocalStatus, RegisterRequest, StatusReport};
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
@@ -124,6 +126,23 @@ fn member_from(cfg: &AgentConfig, digest: &CapacityDigest) -> MemberCluster {
     m
 }
 
+/// Pauses between failed attempts at one thing: exponential from 100 ms to 1 s, with jitter
+/// so that the agents of a fleet that lost the federation at the same moment do not all come
+/// back in step. Endless: a loop makes a new one after each success, which resets the delay.
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(1))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// The next pause of `delays` (the longest one if it ever ran dry).
+fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
+    delays.next().unwrap_or(Duration::from_secs(1))
+}
+
 /// Registers, retrying across nodes until one accepts.
 async fn register<B: Backend>(
     cfg: &AgentConfig,
@@ -131,6 +150,7 @@ async fn register<B: Backend>(
     backend: &B,
     stop: &watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
+    let mut delays = retry_delays();
     loop {
         let digest = backend.digest().await?;
         let req = RegisterRequest {
@@ -148,7 +168,7 @@ async fn register<B: Backend>(
                 if *stop.borrow() {
                     return Ok(());
                 }
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                tokio::time::sleep(next_delay(&mut delays)).await;
             }
         }
     }
@@ -194,6 +214,7 @@ async fn follow_assignments<B: Backend>(
     // Start from 0 after every (re)start: ensure is idempotent, so replaying is harmless and
     // guarantees nothing assigned while we were away is missed.
     let mut revision = 0u64;
+    let mut delays = retry_delays();
     loop {
         if *stop.borrow() {
             return;
@@ -231,13 +252,14 @@ async fn follow_assignments<B: Backend>(
                 }
                 if all_ok {
                     revision = page.revision;
+                    delays = retry_delays();
                 } else {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(next_delay(&mut delays)).await;
                 }
             }
             Err(e) => {
                 fed.rotate(&c, &e);
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(next_delay(&mut delays)).await;
             }
         }
     }
@@ -366,4 +388,19 @@ pub async fn run<B: Backend>(
         let _ = t.await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_grow_from_the_minimum_stay_bounded_and_never_end() {
+        let d: Vec<Duration> = retry_delays().take(50).collect();
+        assert_eq!(d.len(), 50, "the agent retries forever");
+        assert!(d[0] >= Duration::from_millis(100), "{d:?}");
+        // Jitter adds at most the delay itself to the 1 s cap.
+        assert!(d.iter().all(|x| *x <= Duration::from_secs(2)), "{d:?}");
+        assert!(d[49] >= Duration::from_secs(1), "{d:?}");
+    }
 }

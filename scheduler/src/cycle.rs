@@ -113,7 +113,7 @@ impl Shape {
 }
 
 /// A running (or admitted) workload, as preemption and reservations need it.
-pub struct RunInfo {
+pub struct RunInfo<'a> {
     pub uid: String,
     pub queue: Option<usize>,
     pub base: i32,
@@ -121,6 +121,9 @@ pub struct RunInfo {
     pub gpus: Vec<(usize, u64)>,
     /// (pool index in its cluster, domain index in the pool, pods) for returning capacity.
     pub pods: Vec<(usize, Option<usize>, PodCount)>,
+    /// The nodes it occupies, as its member reported them: (pool index, domain index, node
+    /// id, GPUs). Empty when unknown; see `nodes`.
+    pub nodes: Vec<(usize, Option<usize>, &'a str, u32)>,
     pub tier: VictimTier,
     pub work_lost_seconds: u64,
     pub admitted_at: DateTime<Utc>,
@@ -148,6 +151,11 @@ pub struct Hold {
     pub holder_effective: i64,
     pub expected_start: DateTime<Utc>,
     pub active: bool,
+    /// Reservations: running work expected to end by `expected_start`, whose capacity the
+    /// holder counts on; whatever else is free is extra and may be backfilled.
+    pub returning: Vec<u32>,
+    /// Shapes already found to leave the holder no room (capacity only shrinks in a cycle).
+    pub no_room: Vec<u32>,
 }
 
 pub struct Cycle<'a> {
@@ -161,7 +169,7 @@ pub struct Cycle<'a> {
     pub shape_of: Vec<u32>,
     pub ranks: Vec<Rank>,
     pub queue_of: Vec<Option<usize>>,
-    pub running: Vec<RunInfo>,
+    pub running: Vec<RunInfo<'a>>,
     pub on_cluster: Vec<Vec<u32>>,
     pub holds: Vec<Hold>,
     pub holds_on: Vec<Vec<usize>>,
@@ -178,10 +186,12 @@ pub struct Cycle<'a> {
     pub admitted: u32,
     pub stats: SchedulerStats,
     pub decisions: Vec<Decision>,
+    /// Pending workloads per flavor id, counted on first use by `reservation`.
+    pub pending_on_flavor: Vec<u32>,
 }
 
 /// The pool kinds a workload class may use.
-fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
+pub fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
     if !affinity {
         return KIND_TRAINING | KIND_INFERENCE | KIND_SHARED;
     }
@@ -196,15 +206,17 @@ fn kinds_for(class: WorkloadClass, affinity: bool) -> u8 {
 
 /// What makes two pending workloads interchangeable for placement.
 #[derive(PartialEq, Eq, Hash)]
-struct ShapeKey<'a> {
-    groups: Vec<(&'a str, u32, u32)>,
+pub struct ShapeKey<'a> {
+    /// `(flavor, gpus per pod, pods)`, by flavor, largest pods first.
+    pub groups: Vec<(&'a str, u32, u32)>,
     topology: Option<TopologyRequirement>,
     regions: Vec<&'a str>,
     clusters: Vec<&'a str>,
-    kinds: u8,
+    /// The pool kinds the workload's class may use (`kind_bit`s).
+    pub kinds: u8,
 }
 
-fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
+pub fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
     let mut groups: Vec<(&str, u32, u32)> = w
         .spec
         .pod_sets
@@ -239,6 +251,40 @@ fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
         clusters,
         kinds: kinds_for(w.spec.class, affinity),
     }
+}
+
+/// A workload's gangs, one per flavor, from its shape key's groups: the unit the capacity
+/// model fits. A gang with no GPUs is not something this scheduler places, so it is left out.
+pub fn gang_needs<'a>(
+    groups: &[(&'a str, u32, u32)],
+    level: Option<TopologyLevel>,
+    required: bool,
+) -> Vec<(&'a str, GroupNeed)> {
+    let mut needs: Vec<(&str, GroupNeed)> = Vec::new();
+    for &(flavor, g, count) in groups {
+        let pc = PodCount {
+            gpus_per_pod: g,
+            count,
+        };
+        let gpus = u64::from(g) * u64::from(count);
+        match needs.last_mut() {
+            Some((lf, need)) if *lf == flavor => {
+                need.pods.push(pc);
+                need.gpus = need.gpus.saturating_add(gpus);
+            }
+            _ => needs.push((
+                flavor,
+                GroupNeed {
+                    pods: vec![pc],
+                    gpus,
+                    level,
+                    required,
+                },
+            )),
+        }
+    }
+    needs.retain(|(_, n)| n.gpus > 0);
+    needs
 }
 
 /// GPUs per flavor, saturating: `WorkloadSpec::gpus_by_flavor` trusts validated input, the
@@ -361,6 +407,7 @@ impl<'a> Cycle<'a> {
             admitted: 0,
             stats: SchedulerStats::default(),
             decisions: Vec::with_capacity(input.pending.len()),
+            pending_on_flavor: Vec::new(),
         };
         cycle.load_running(&cluster_ids);
         cycle.load_pending();
@@ -431,11 +478,7 @@ impl<'a> Cycle<'a> {
                 }
                 Some(s) => (VictimTier::Running, secs_between(s, self.now)),
             };
-            let runtime = w
-                .spec
-                .runtime_estimate_seconds
-                .unwrap_or(self.tuning.default_runtime_estimate_seconds);
-            let expected_end = plus_secs(started.unwrap_or(self.now), runtime).max(self.now);
+            let expected_end = self.expected_end(r);
             if let Some(for_uid) = &r.preempting_for {
                 self.waiting_victims
                     .entry(for_uid.as_str())
@@ -451,6 +494,7 @@ impl<'a> Cycle<'a> {
                 base: class.value,
                 preemptibility: class.preemptibility,
                 gpus,
+                nodes: super::nodes::located(&pods, r),
                 pods,
                 tier,
                 work_lost_seconds,
@@ -516,8 +560,10 @@ impl<'a> Cycle<'a> {
             let w = &p.workload;
             let class = self.prio.class(&w.spec.priority_class);
             let waited = secs_between(p.submitted_at, self.now);
+            let expected = self.expected_gpu_seconds(w);
             self.ranks.push(Rank {
                 effective: class.effective_priority(waited),
+                expected,
                 seq: p.seq,
             });
             self.queue_of.push(self.book.queue_id(&w.spec.queue));
@@ -538,34 +584,10 @@ impl<'a> Cycle<'a> {
             Some(t) => (Some(t.level()), t.is_required()),
             None => (None, false),
         };
-        let mut needs: Vec<(usize, GroupNeed)> = Vec::new();
-        for (flavor, g, count) in &key.groups {
-            let Some(f) = self.book.flavor_id(flavor) else {
-                continue;
-            };
-            let pc = PodCount {
-                gpus_per_pod: *g,
-                count: *count,
-            };
-            let gpus = u64::from(*g) * u64::from(*count);
-            match needs.last_mut() {
-                Some((lf, need)) if *lf == f => {
-                    need.pods.push(pc);
-                    need.gpus = need.gpus.saturating_add(gpus);
-                }
-                _ => needs.push((
-                    f,
-                    GroupNeed {
-                        pods: vec![pc],
-                        gpus,
-                        level,
-                        required,
-                    },
-                )),
-            }
-        }
-        // A gang with no GPUs is not something this scheduler places.
-        needs.retain(|(_, n)| n.gpus > 0);
+        let needs: Vec<(usize, GroupNeed)> = gang_needs(&key.groups, level, required)
+            .into_iter()
+            .filter_map(|(flavor, need)| Some((self.book.flavor_id(flavor)?, need)))
+            .collect();
         let request = needs.iter().map(|(f, n)| (*f, n.gpus)).collect();
         let mut shape = Shape {
             needs,
@@ -607,7 +629,9 @@ impl<'a> Cycle<'a> {
             if self.own_hold.contains_key(&idx) || !self.shapes[s].candidates.contains(&ci) {
                 continue;
             }
-            self.add_hold(HoldKind::Reservation, idx, ci, r.expected_start);
+            if let Some(start) = self.keep_reservation(idx, ci, r.expected_start) {
+                self.add_hold(HoldKind::Reservation, idx, ci, start);
+            }
         }
         // Preemptors whose victims are still leaving keep the capacity they preempted for.
         let mut preempting: Vec<(u32, usize)> = Vec::new();
@@ -630,6 +654,10 @@ impl<'a> Cycle<'a> {
     pub fn add_hold(&mut self, kind: HoldKind, idx: u32, ci: usize, expected_start: DateTime<Utc>) {
         let s = self.shape_of[idx as usize] as usize;
         let h = self.holds.len();
+        let returning = match kind {
+            HoldKind::Reservation => self.returning_by(ci, s, expected_start),
+            HoldKind::Preemption => Vec::new(),
+        };
         self.holds.push(Hold {
             kind,
             cluster: ci,
@@ -639,6 +667,8 @@ impl<'a> Cycle<'a> {
             holder_effective: self.ranks[idx as usize].effective,
             expected_start,
             active: true,
+            returning,
+            no_room: Vec::new(),
         });
         self.holds_on[ci].push(h);
         self.own_hold.insert(idx, h);

@@ -212,16 +212,40 @@ impl Default for RoutingWeights {
     }
 }
 
+/// The order among pending workloads of equal priority and fair share.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QueueOrder {
+    /// Submission order.
+    #[default]
+    Fifo,
+    /// Least expected GPU-time first (run-time estimate times GPUs), like Helios's QSSF:
+    /// better average completion time when estimates are good, at the price of FIFO
+    /// fairness. Aging still lifts long-waiting work.
+    ShortestExpectedFirst,
+}
+
 /// Implementation knobs, each with a default that suits a fleet of tens of clusters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SchedulerTuning {
-    /// A gang that waited this long without fitting gets a reservation.
+    /// A gang that waited this long without fitting may get a reservation.
     pub reservation_after_seconds: u64,
-    /// Live reservations at once; each one holds back a whole cluster's flavor.
+    /// Live reservations at once, fleet-wide.
     pub max_reservations: u32,
-    /// Assumed runtime of running work without an estimate, for reservation start times.
+    /// Live reservations per cluster (and never two on the same flavor of one cluster).
+    pub max_reservations_per_cluster: u32,
+    /// Only gangs of at least this many GPUs (of one flavor) get reservations; unset means
+    /// one node's GPUs, i.e. work that needs whole nodes, which a stream of small jobs can
+    /// starve. Smaller work fits into any freed GPUs and only waits its turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_min_gpus: Option<u64>,
+    /// Assumed runtime of work without an estimate: when running work is expected to end
+    /// (reservation start times) and how long pending work would hold what it takes
+    /// (backfill). Conservative on purpose: a short guess would break reservations.
     pub default_runtime_estimate_seconds: u64,
+    /// How equals (same priority, same fair share) are ordered.
+    pub order: QueueOrder,
     /// Stop assigning after this many decisions in one cycle (`Queued` for the rest).
     pub max_assignments_per_cycle: Option<u32>,
     /// Preemption plans evaluated per cycle; bounds the cycle's cost under overload.
@@ -249,7 +273,10 @@ impl Default for SchedulerTuning {
         Self {
             reservation_after_seconds: 1800,
             max_reservations: 16,
+            max_reservations_per_cluster: 1,
+            reservation_min_gpus: None,
             default_runtime_estimate_seconds: 24 * 3600,
+            order: QueueOrder::Fifo,
             max_assignments_per_cycle: None,
             max_preemption_attempts_per_cycle: 64,
             preemption_grace_seconds: 30,

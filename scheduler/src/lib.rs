@@ -31,10 +31,14 @@ mod capacity;
 mod cycle;
 pub mod decision;
 pub mod error;
+mod estimate;
+pub mod estimator;
 pub mod explain;
 mod fair_share;
+pub mod fit;
 mod hash;
 pub mod input;
+mod nodes;
 mod ordering;
 mod preemption;
 mod quota;
@@ -43,11 +47,14 @@ mod routing;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;
+pub use estimator::{Estimate, EstimateBasis, EstimatorConfig, RuntimeEstimator};
 pub use explain::{ClusterVerdict, Explanation, Unblock, Verdict};
+pub use fit::Gangs;
 pub use input::{
-    ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget,
+    ClusterView, DomainRef, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget, QueueOrder,
     QuotaOverride, Reservation, RoutingWeights, RunningWorkload, SchedulerInput, SchedulerTuning,
 };
+pub use quota::{Limit, QueueInfo, QuotaBlock, QuotaBook};
 
 /// Runs one scheduling cycle. Every pending workload gets exactly one decision; decisions
 /// come in the order the workloads were considered (priority, fair share, FIFO).

@@ -3,7 +3,9 @@
 //! 1. effective priority: the class value aged by waiting time (rate and cap from the class),
 //!    so low-priority work cannot starve forever yet never overtakes a truly higher class;
 //! 2. weighted dominant-resource fair share of the workload's queue, lowest first;
-//! 3. FIFO by submission sequence number.
+//! 3. with `tuning.order: shortestExpectedFirst`, the least expected GPU-time (run-time
+//!    estimate times GPUs, as Helios's QSSF) first;
+//! 4. FIFO by submission sequence number.
 //!
 //! Fair share changes as the cycle admits work, so a static sort cannot express it. Each
 //! queue's workloads are sorted once by (priority, seq); the cycle then repeatedly takes the
@@ -50,6 +52,8 @@ impl PriorityBook {
 #[derive(Debug, Clone, Copy)]
 pub struct Rank {
     pub effective: i64,
+    /// Expected GPU-seconds under shortest-expected-first, else 0.
+    pub expected: u64,
     pub seq: u64,
 }
 
@@ -57,6 +61,7 @@ pub struct Rank {
 struct Head {
     effective: i64,
     share: Share,
+    expected: u64,
     seq: u64,
     list: usize,
 }
@@ -67,6 +72,7 @@ impl Ord for Head {
         self.effective
             .cmp(&other.effective)
             .then_with(|| other.share.cmp(&self.share))
+            .then_with(|| other.expected.cmp(&self.expected))
             .then_with(|| other.seq.cmp(&self.seq))
             .then_with(|| other.list.cmp(&self.list))
     }
@@ -94,6 +100,7 @@ impl Order {
                 let (ra, rb) = (ranks[*a as usize], ranks[*b as usize]);
                 rb.effective
                     .cmp(&ra.effective)
+                    .then(ra.expected.cmp(&rb.expected))
                     .then(ra.seq.cmp(&rb.seq))
                     .then(a.cmp(b))
             });
@@ -105,6 +112,7 @@ impl Order {
                 heap.push(Head {
                     effective: r.effective,
                     share: Share(share(l)),
+                    expected: r.expected,
                     seq: r.seq,
                     list: l,
                 });
@@ -133,6 +141,7 @@ impl Order {
             self.heap.push(Head {
                 effective: r.effective,
                 share: Share(share),
+                expected: r.expected,
                 seq: r.seq,
                 list: l,
             });
@@ -149,18 +158,22 @@ mod tests {
         let ranks = [
             Rank {
                 effective: 10,
+                expected: 0,
                 seq: 5,
             },
             Rank {
                 effective: 10,
+                expected: 0,
                 seq: 1,
             },
             Rank {
                 effective: 20,
+                expected: 0,
                 seq: 9,
             },
             Rank {
                 effective: 10,
+                expected: 0,
                 seq: 2,
             },
         ];

@@ -17,7 +17,10 @@
 //! shortest prefix of that order after which the preemptor fits (binary search: freeing more
 //! never hurts), drops victims the fit does not need, and then proves the plan by re-running
 //! the fit with exactly the victims' GPUs returned. Returned GPUs are modelled as separate
-//! nodes (the digest cannot say which node a pod was on), which can only under-estimate.
+//! nodes unless the member reported which nodes the victims occupy; then GPUs freed on one
+//! node come back as one node, and a second order of the same victims, grouped by node
+//! with the cheapest nodes to empty first, is planned too: a gang of whole nodes needs
+//! victims that free whole nodes, not a little everywhere (see `nodes`).
 //! Clusters are compared by cost; the preemption budget caps victims per window.
 
 use tideway_api::{PendingReason, Preemptibility, PreemptionScope};
@@ -76,12 +79,15 @@ impl Cycle<'_> {
         self.stats.preemption_attempts += 1;
 
         let effective = self.ranks[idx as usize].effective;
-        let runtime = w.spec.runtime_estimate_seconds;
+        let runtime = self.pending_estimate(idx);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
             // Capacity held for another workload is not ours to preempt for.
-            if self.blocking_hold(ci, idx, s, effective, runtime).is_some() {
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_some()
+            {
                 continue;
             }
             let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
@@ -99,7 +105,11 @@ impl Cycle<'_> {
             self.shapes[s].preempt_failed.push((q, base, reclaim));
             return false;
         };
-        if plan.victims.len() > self.budget_left as usize {
+        // A plan larger than a whole window's budget would never run if it had to fit in
+        // one; it runs in a window where nothing else was evicted, and spends it all.
+        let whole_window = self.budget_left == self.input.preemption_budget.max
+            && self.input.preemption_budget.used_in_window == 0;
+        if plan.victims.len() > self.budget_left as usize && !whole_window {
             let at = self.input.preemption_budget.refills_at;
             self.pending(
                 idx,
@@ -179,10 +189,16 @@ impl Cycle<'_> {
             ));
         }
         cands.sort_unstable();
-        // Work of another queue is only reclaimable while that queue is above its guarantee.
+        cands.into_iter().map(|c| c.4).collect()
+    }
+
+    /// The prefix-closed part of `order` that `q` may take: work of another queue is only
+    /// reclaimable while that queue is above its guarantee.
+    fn within_guarantees(&self, s: usize, q: usize, order: &[u32]) -> Vec<u32> {
+        let shape = &self.shapes[s];
         let mut removed: DetMap<(usize, usize), u64> = DetMap::default();
-        let mut out = Vec::with_capacity(cands.len());
-        for (_, _, _, _, ri) in cands {
+        let mut out = Vec::with_capacity(order.len());
+        for &ri in order {
             let r = &self.running[ri as usize];
             if let Some(p) = r.queue
                 && p != q
@@ -208,13 +224,7 @@ impl Cycle<'_> {
     /// The cluster's pools with the GPUs of `victims` (or finished work) returned.
     pub fn pools_returning(&self, ci: usize, victims: &[u32]) -> Vec<PoolState> {
         let mut pools = self.clusters[ci].pools.clone();
-        for &ri in victims {
-            for (pi, d, pc) in &self.running[ri as usize].pods {
-                if let Some(pool) = pools.get_mut(*pi) {
-                    pool.add_free_nodes(*d, pc.gpus_per_pod, pc.count);
-                }
-            }
-        }
+        self.return_into(&mut pools, victims);
         pools
     }
 
@@ -223,10 +233,34 @@ impl Cycle<'_> {
         fit_in_pools(&pools, &self.shapes[s], &self.book.flavors).is_some()
     }
 
+    /// The cheapest plan on `ci` from two orders of the same eligible victims: cheapest
+    /// first, and grouped by node (whole nodes for a gang; see `nodes`).
     fn plan_in(&self, ci: usize, s: usize, q: usize, base: i32, reclaim: bool) -> Option<Plan> {
-        let order = self.eligible_victims(ci, s, q, base, reclaim);
-        // Nothing to evict, evicting everything would not do, or nothing needs evicting.
-        if order.is_empty() || !self.fits_without(ci, s, &order) || self.fits_without(ci, s, &[]) {
+        let cands = self.eligible_victims(ci, s, q, base, reclaim);
+        if cands.is_empty() || self.fits_without(ci, s, &[]) {
+            return None;
+        }
+        let order = self.within_guarantees(s, q, &cands);
+        let grouped = self.node_order(&cands);
+        let cheapest = self.plan_from(ci, s, &order);
+        if grouped == cands {
+            return cheapest;
+        }
+        let by_node = self.within_guarantees(s, q, &grouped);
+        match (cheapest, self.plan_from(ci, s, &by_node)) {
+            (Some(a), Some(b)) => Some(if cost_key(&b.cost) < cost_key(&a.cost) {
+                b
+            } else {
+                a
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A plan taking the shortest prefix of `order` that frees enough, minimised and proved.
+    fn plan_from(&self, ci: usize, s: usize, order: &[u32]) -> Option<Plan> {
+        // Evicting everything would not do.
+        if order.is_empty() || !self.fits_without(ci, s, order) {
             return None;
         }
         // Shortest prefix that frees enough.

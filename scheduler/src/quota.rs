@@ -46,6 +46,8 @@ impl Limit {
     }
 }
 
+/// A queue as the book knows it: its cohort (by id), fair-share weight, preemption policy,
+/// per-user limit and classes.
 #[derive(Debug, Clone)]
 pub struct QueueInfo {
     pub name: String,
@@ -297,6 +299,52 @@ impl QuotaBook {
     }
 }
 
+/// Book-keeping across cycles. A cycle builds its book afresh and only ever adds usage; a
+/// caller that keeps one book for a whole run (the trace simulator, which admits in FIFO
+/// mode and sizes its pending window from it) also needs work to stop and to ask what a
+/// queue could reach, by the same cohort rules as [`QuotaBook::check`].
+impl QuotaBook {
+    /// Takes usage back when work stops: the inverse of [`QuotaBook::charge`].
+    pub fn release(&mut self, q: usize, f: usize, gpus: u64) {
+        let nf = self.nf();
+        let old = self.usage[q * nf + f];
+        let new = old.saturating_sub(gpus);
+        self.usage[q * nf + f] = new;
+        if let Some(l) = &self.limits[q * nf + f] {
+            let c = self.queues[q].cohort * nf + f;
+            self.drawn[c] =
+                (self.drawn[c] - l.draw(old).min(self.drawn[c])).saturating_add(l.draw(new));
+        }
+    }
+
+    /// The most `q` could use of `f` right now, given what its cohort peers draw: a request
+    /// passes [`QuotaBook::check`] exactly when usage plus request stays within this.
+    pub fn reachable(&self, q: usize, f: usize) -> u64 {
+        let nf = self.nf();
+        let Some(l) = &self.limits[q * nf + f] else {
+            return 0;
+        };
+        let used = self.usage[q * nf + f];
+        let c = self.queues[q].cohort * nf + f;
+        let others = self.drawn[c] - l.draw(used).min(self.drawn[c]);
+        let room = self.pool[c].saturating_sub(others);
+        let reachable = l.private.saturating_add(room).max(l.guaranteed);
+        l.ceiling.map_or(reachable, |ce| ce.min(reachable))
+    }
+
+    /// The most `q` could ever use of `f`: its ceiling, or its guarantee plus all its cohort
+    /// could lend. A request above it is never admitted, whatever else runs.
+    pub fn max_ever(&self, q: usize, f: usize) -> u64 {
+        let nf = self.nf();
+        let Some(l) = &self.limits[q * nf + f] else {
+            return 0;
+        };
+        let c = self.queues[q].cohort * nf + f;
+        let all = l.private.saturating_add(self.pool[c]).max(l.guaranteed);
+        l.ceiling.map_or(all, |ce| ce.min(all))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tideway_api::QueueSpec;
@@ -369,5 +417,32 @@ mod tests {
             book.check(0, &[(1, 1)]),
             Err(QuotaBlock::Exhausted { limit: 0, .. })
         ));
+    }
+
+    #[test]
+    fn release_reachable_and_max_ever_follow_the_cohort() {
+        let a = queue("a", Some("c"), vec![FlavorQuota::guaranteed("P100", 10)]);
+        let mut bq = FlavorQuota::guaranteed("P100", 10);
+        bq.borrowing_limit = Some(5);
+        let b = queue("b", Some("c"), vec![bq]);
+        let solo = queue("s", None, vec![FlavorQuota::guaranteed("P100", 4)]);
+        let mut book = QuotaBook::new(&[a, b, solo], &[], vec!["P100".into()]);
+        assert_eq!(book.max_ever(0, 0), 20);
+        assert_eq!(book.max_ever(1, 0), 15, "borrowing limit");
+        assert_eq!(book.max_ever(2, 0), 4, "no cohort: its guarantee");
+        // a borrows all of b's idle guarantee
+        assert!(book.check(0, &[(0, 20)]).is_ok());
+        book.charge(0, 0, 20);
+        assert_eq!(book.reachable(0, 0), 20);
+        // b is still within its guarantee quota-wise (reclaim is preemption's job)
+        assert!(book.check(1, &[(0, 10)]).is_ok());
+        assert!(book.check(1, &[(0, 11)]).is_err());
+        assert_eq!(book.reachable(1, 0), 10);
+        book.release(0, 0, 15);
+        assert_eq!(book.used(0, 0), 5);
+        assert_eq!(book.reachable(1, 0), 15);
+        assert_eq!(book.reachable(2, 0), 4);
+        book.release(0, 0, 100);
+        assert_eq!(book.used(0, 0), 0, "release saturates");
     }
 }

@@ -1,24 +1,40 @@
 //! Reservations: how a big gang stops starving behind a stream of small jobs without
-//! head-of-line blocking everyone else.
+//! stalling everyone else.
 //!
-//! A gang that does not fit never blocks the workloads behind it. But once it has waited
-//! `tuning.reservation_after_seconds` and could fit in some cluster if that cluster's
-//! current work ended, it gets a reservation in ONE cluster: the one where it is expected to
-//! fit soonest, judged by returning running workloads' GPUs in order of their expected end
-//! (start plus runtime estimate). From then on, other work of lower priority is placed on
-//! that cluster's flavors only if its own runtime estimate ends before the reservation's
-//! expected start (backfill); work without an estimate is not backfilled. Capacity therefore
-//! only accumulates there, and the gang starts at the latest when the work that was running
-//! at reservation time has ended, a bounded wait. Reservations are carried between cycles by
-//! the caller (the `Reserve` decisions of one cycle are the `reservations` of the next), and
-//! keep their cluster and start so the promise does not drift.
+//! A gang that does not fit never blocks the workloads behind it. A reservation is a hold
+//! on ONE cluster that makes freed capacity accumulate for the gang, and it is given only
+//! where it helps and cannot do much harm:
+//! - only to gangs that need at least `tuning.reservation_min_gpus` GPUs of one flavor (by
+//!   default one node's worth): smaller work fits into any freed GPUs and only waits its
+//!   turn, whereas whole-node gangs are starved by small jobs refilling every freed GPU;
+//! - only after the gang waited `tuning.reservation_after_seconds`, at most
+//!   `tuning.max_reservations` fleet-wide and `tuning.max_reservations_per_cluster` per
+//!   cluster (never two on one cluster's flavor);
+//! - only when the waiting it causes is less than the waiting it saves. Until its expected
+//!   start the hold may keep others waiting for the gang's flavors (if there are any); it
+//!   saves the gang's further starvation, taken to be as long again as it already waited.
+//!   So a reservation is made once its expected start is no further ahead than the gang
+//!   has waited: a gang facing long (or unknown, hence assumed long) running work gets its
+//!   reservation late instead of idling a cluster for hours while the queue grows. Every cycle re-prices a carried reservation against the queue of the
+//!   moment (with a fresh start when the work it waited for overran its estimate), and
+//!   drops it when it no longer pays.
+//!
+//! The cluster chosen is the one where the gang is expected to fit soonest, judged by
+//! returning running workloads' GPUs in order of their expected end. Others of lower
+//! priority still go there when they are backfill (EASY style): work whose estimate (its own,
+//! or the conservative default) ends before the reservation's start, or work that, placed
+//! where it would go, leaves the gang room to fit at its start with the work expected to have
+//! ended by then. Work without an estimate is therefore not refused, only kept off the
+//! capacity the gang counts on. Reservations are carried between cycles by the caller (the
+//! `Reserve` decisions of one cycle are the `reservations` of the next) and keep their
+//! cluster and start so the promise does not drift while it is kept.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tideway_api::PendingReason;
 
-use super::cycle::{Cycle, HoldKind, secs_between};
+use super::cycle::{ClusterFit, Cycle, HoldKind, secs_between};
 use super::decision::Decision;
 use super::explain::{Explanation, Unblock};
 use super::input::uid_of;
@@ -41,7 +57,8 @@ impl Cycle<'_> {
             return true;
         }
         let p = &self.input.pending[idx as usize];
-        if secs_between(p.submitted_at, self.now) < self.tuning.reservation_after_seconds {
+        let waited = secs_between(p.submitted_at, self.now);
+        if waited < self.tuning.reservation_after_seconds {
             return false;
         }
         let s = self.shape_of[idx as usize] as usize;
@@ -50,17 +67,27 @@ impl Cycle<'_> {
             .iter()
             .filter(|h| h.active && h.kind == HoldKind::Reservation)
             .count();
-        if self.shapes[s].reserve_failed || live >= self.tuning.max_reservations as usize {
+        if self.shapes[s].reserve_failed
+            || live >= self.tuning.max_reservations as usize
+            || !self.big_enough(s)
+        {
             return false;
         }
         let mut best: Option<(DateTime<Utc>, u64, usize)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
+            let on_cluster = self.holds_on[ci]
+                .iter()
+                .filter(|&&h| self.holds[h].active && self.holds[h].kind == HoldKind::Reservation)
+                .count();
             let taken = self.holds_on[ci].iter().any(|&h| {
                 let hold = &self.holds[h];
                 hold.active && self.shapes[s].flavors().any(|f| hold.flavors.contains(&f))
             });
-            if taken || !self.fits_when_empty(ci, s) {
+            if taken
+                || on_cluster >= self.tuning.max_reservations_per_cluster as usize
+                || !self.fits_when_empty(ci, s)
+            {
                 continue;
             }
             let start = self.expected_start(ci, s);
@@ -73,9 +100,120 @@ impl Cycle<'_> {
             self.shapes[s].reserve_failed = true;
             return false;
         };
+        if !self.worth_holding(s, start, waited) {
+            return false;
+        }
         self.add_hold(HoldKind::Reservation, idx, ci, start);
         self.push_reserve(idx, ci, start, reason, explanation);
         true
+    }
+
+    /// A reservation carried from the previous cycle, re-priced against this cycle's queue:
+    /// the start to keep (its own while that is still ahead, else a fresh one), or `None` to
+    /// drop it.
+    pub fn keep_reservation(
+        &mut self,
+        idx: u32,
+        ci: usize,
+        start: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let s = self.shape_of[idx as usize] as usize;
+        let start = if start > self.now {
+            start
+        } else {
+            self.expected_start(ci, s)
+        };
+        let waited = secs_between(self.input.pending[idx as usize].submitted_at, self.now);
+        self.worth_holding(s, start, waited).then_some(start)
+    }
+
+    /// Whether the shape is big enough for a reservation: some flavor's gang needs at least
+    /// `reservation_min_gpus`, by default the largest node of that flavor among its clusters.
+    fn big_enough(&self, s: usize) -> bool {
+        let shape = &self.shapes[s];
+        shape.needs.iter().any(|(f, need)| {
+            let min = self.tuning.reservation_min_gpus.unwrap_or_else(|| {
+                shape
+                    .candidates
+                    .iter()
+                    .flat_map(|&ci| &self.clusters[ci].pools)
+                    .filter(|p| {
+                        p.flavor == self.book.flavors[*f]
+                            && super::cycle::kind_bit(p.kind) & shape.kinds != 0
+                    })
+                    .map(|p| u64::from(p.node_gpus))
+                    .max()
+                    .unwrap_or(0)
+            });
+            need.gpus >= min.max(1)
+        })
+    }
+
+    /// The hold's price against its benefit, in waiting time (see the module doc): when
+    /// anyone else waits for the gang's flavors, the hold may keep them waiting until
+    /// `start`; it saves the gang's further starvation, taken to be as long again as it
+    /// already waited. With nobody else waiting it costs nothing.
+    fn worth_holding(&mut self, s: usize, start: DateTime<Utc>, waited: u64) -> bool {
+        if self.pending_on_flavor.is_empty() {
+            let mut counts = vec![0u32; self.book.flavors.len()];
+            for &shape in &self.shape_of {
+                for f in self.shapes[shape as usize].flavors() {
+                    counts[f] = counts[f].saturating_add(1);
+                }
+            }
+            self.pending_on_flavor = counts;
+        }
+        let others = self.shapes[s]
+            .flavors()
+            .any(|f| self.pending_on_flavor[f] > 1);
+        !others || secs_between(self.now, start) <= waited
+    }
+
+    /// Running work on `ci` of the shape's flavors expected to end by `start`: what a
+    /// reservation there counts on.
+    pub fn returning_by(&self, ci: usize, s: usize, start: DateTime<Utc>) -> Vec<u32> {
+        let shape = &self.shapes[s];
+        self.on_cluster[ci]
+            .iter()
+            .copied()
+            .filter(|&ri| {
+                let r = &self.running[ri as usize];
+                r.expected_end <= start
+                    && r.gpus
+                        .iter()
+                        .any(|(f, _)| shape.flavors().any(|sf| sf == *f))
+            })
+            .collect()
+    }
+
+    /// Whether shape `s`, placed on `ci` as `fit` says, still leaves the holder of reservation
+    /// `h` room to fit once the work it counts on has ended.
+    pub fn leaves_room(&mut self, h: usize, ci: usize, s: usize, fit: &ClusterFit) -> bool {
+        if self.holds[h].no_room.contains(&(s as u32)) {
+            return false;
+        }
+        let mut pools = self.clusters[ci].pools.clone();
+        let mut room = true;
+        for (n, (pi, choice)) in fit.choices.iter().enumerate() {
+            let need = &self.shapes[s].needs[n].1;
+            if pools
+                .get_mut(*pi)
+                .and_then(|p| p.take(need, *choice))
+                .is_none()
+            {
+                room = false;
+                break;
+            }
+        }
+        if room {
+            self.return_into(&mut pools, &self.holds[h].returning);
+            let holder = self.shape_of[self.holds[h].holder as usize] as usize;
+            room = fit_in_pools(&pools, &self.shapes[holder], &self.book.flavors).is_some();
+        }
+        if !room {
+            self.holds[h].no_room.push(s as u32);
+        }
+        room
     }
 
     fn push_reserve(

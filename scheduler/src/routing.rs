@@ -193,7 +193,7 @@ impl Cycle<'_> {
         let spread = w.spec.placement.as_ref().is_some_and(|p| p.spread);
         let key = self.spread_key(w);
         let effective = self.ranks[idx as usize].effective;
-        let runtime = w.spec.runtime_estimate_seconds;
+        let runtime = self.pending_estimate(idx);
         let weights = self.tuning.weights;
 
         let mut best: Option<(f64, u64, usize, usize)> = None;
@@ -217,10 +217,16 @@ impl Cycle<'_> {
                 continue;
             };
             any_fit = true;
-            if let Some(h) = self.blocking_hold(ci, idx, s, effective, runtime) {
-                restricted.push(h);
-                continue;
+            if !self.holds_on[ci].is_empty() {
+                let fit = fit.clone();
+                if let Some(h) = self.blocking_hold(ci, idx, s, effective, runtime, Some(&fit)) {
+                    restricted.push(h);
+                    continue;
+                }
             }
+            let Some(fit) = &self.shapes[s].cache[pos].1 else {
+                continue;
+            };
             let mut score = if spread {
                 let total = f64::from(self.spread_total.get(key).copied().unwrap_or(0) + 1);
                 let here = self.spread_cluster.get(&(key, ci)).copied().unwrap_or(0);
@@ -261,16 +267,20 @@ impl Cycle<'_> {
     }
 
     /// The hold on `ci` that keeps workload `idx` off it, if any: holds cover the holder's
-    /// flavors, yield to higher priority, and admit backfill that ends before they start.
+    /// flavors and yield to higher priority; a reservation also admits backfill, work that
+    /// ends before it starts (by `runtime`, the workload's estimate or the conservative
+    /// default) or that, placed as `fit` says, leaves the holder the room it counts on.
     pub fn blocking_hold(
-        &self,
+        &mut self,
         ci: usize,
         idx: u32,
         s: usize,
         effective: i64,
-        runtime: Option<u64>,
+        runtime: u64,
+        fit: Option<&ClusterFit>,
     ) -> Option<usize> {
-        for &h in &self.holds_on[ci] {
+        for i in 0..self.holds_on[ci].len() {
+            let h = self.holds_on[ci][i];
             let hold = &self.holds[h];
             if !hold.active || hold.holder == idx || effective > hold.holder_effective {
                 continue;
@@ -278,11 +288,15 @@ impl Cycle<'_> {
             if !self.shapes[s].flavors().any(|f| hold.flavors.contains(&f)) {
                 continue;
             }
-            let backfills = hold.kind == HoldKind::Reservation
-                && runtime
-                    .is_some_and(|r| super::cycle::plus_secs(self.now, r) <= hold.expected_start);
-            if !backfills {
+            if hold.kind != HoldKind::Reservation {
                 return Some(h);
+            }
+            if super::cycle::plus_secs(self.now, runtime) <= hold.expected_start {
+                continue;
+            }
+            match fit {
+                Some(fit) if self.leaves_room(h, ci, s, fit) => continue,
+                _ => return Some(h),
             }
         }
         None

@@ -16,8 +16,8 @@
 use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
 use tideway_scheduler::RunningWorkload;
 
-use super::hash::FastMap;
 use super::time::{Secs, to_utc};
+use rustc_hash::FxHashMap;
 
 /// Buckets per group: one per bit of a `u64` of seconds, plus "due now".
 const BUCKETS: usize = 65;
@@ -51,7 +51,7 @@ struct Acc {
 #[derive(Default)]
 pub struct Aggregates {
     groups: Vec<GroupKey>,
-    group_ids: FastMap<GroupKey, u32>,
+    group_ids: FxHashMap<GroupKey, u32>,
     /// `group * BUCKETS + bucket` -> slot + 1 (0: none yet).
     slot_of: Vec<u32>,
     store: Vec<Option<RunningWorkload>>,

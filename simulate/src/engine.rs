@@ -17,25 +17,25 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
+use tideway_api::clock::{Clock, RealClock};
 
+use rustc_hash::FxHashMap;
 use tideway_agent::sim::cluster::RUNTIME_ANNOTATION;
 use tideway_agent::sim::{PhaseChange, SimCluster, capacity_digest};
 use tideway_api::agent::{Assignment, LocalPhase};
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{Checkpoint, Gang, Placement, PodSet, Policy, Queue, Workload, WorkloadSpec};
-use tideway_scheduler::ClusterView;
+use tideway_api::{Policy, Workload};
+use tideway_scheduler::{ClusterView, Gangs, QuotaBook};
 
-use super::config::{Estimates, Member, Mode, SimPolicy, SimulatorSettings};
-use super::fit::{self, FlavorNeed};
-use super::hash::FastMap;
+use super::config::{Member, Mode, SimPolicy, SimulatorSettings};
 use super::metrics::{
-    self, GroupSummary, JobCounts, JobRecord, Outcome, PoolSummary, QueueSummary, REASONS,
-    ReasonStats, RunStats, Sample, Stats, Summary,
+    self, JobRecord, Outcome, PoolSummary, QueueSummary, REASONS, RunStats, Sample, Summary,
 };
-use super::quota::QuotaBook;
 use super::sched::SchedState;
+use super::summary::{group_summary, ratio};
 use super::time::{Secs, iso, to_utc};
 use super::trace::{Job, Shape, TraceReport};
+use super::workload::build_workload;
 
 /// Rows of `timeseries.csv` aimed at when `sampleSeconds` is not set.
 const TARGET_SAMPLES: i64 = 2000;
@@ -116,7 +116,8 @@ pub(super) struct JobState {
     pub remaining: Option<u64>,
     /// Built at arrival, dropped at the end.
     pub workload: Option<Box<Workload>>,
-    pub needs: Vec<FlavorNeed>,
+    /// Its gangs per flavor as the core sees them; set at arrival.
+    pub gangs: Option<Gangs>,
     /// Members its placement allows, `None` for all.
     pub allowed: Option<Vec<u32>>,
     /// GPUs per flavor id, for quota.
@@ -210,11 +211,10 @@ pub struct Engine {
     pub(super) views: Vec<ClusterView>,
     pub(super) pools: Vec<PoolState>,
     pub(super) queues: Vec<QueueState>,
-    pub(super) queue_ids: HashMap<String, usize>,
     pub(super) quota: QuotaBook,
     pub(super) jobs: Vec<Job>,
     pub(super) js: Vec<JobState>,
-    pub(super) uid_ids: FastMap<String, u32>,
+    pub(super) uid_ids: FxHashMap<String, u32>,
     next_arrival: usize,
     heap: BinaryHeap<Reverse<Event>>,
     pub(super) now: Secs,
@@ -349,22 +349,16 @@ impl Engine {
             .map(|(i, f)| (f.clone(), i))
             .collect();
 
-        let queue_refs: Vec<&Queue> = policy.spec.queues.iter().collect();
-        let quota = QuotaBook::new(&queue_refs, &flavor_ids, flavors.len());
-        let queues: Vec<QueueState> = policy
-            .spec
+        // The core's own quota book, kept for the whole run; queue ids are its ids.
+        let quota = QuotaBook::new(&policy.spec.queues, &[], flavors.clone());
+        let queues: Vec<QueueState> = quota
             .queues
             .iter()
             .map(|q| QueueState {
-                name: q.metadata.name.clone(),
+                name: q.name.clone(),
                 pending: BTreeMap::new(),
                 by_size: BTreeMap::new(),
             })
-            .collect();
-        let queue_ids = queues
-            .iter()
-            .enumerate()
-            .map(|(i, q)| (q.name.clone(), i))
             .collect();
         if !policy.spec.quota_schedules.is_empty() {
             notes.push(
@@ -388,7 +382,7 @@ impl Engine {
                 attempt: 0,
                 remaining: j.runtime,
                 workload: None,
-                needs: Vec::new(),
+                gangs: None,
                 allowed: None,
                 request: Vec::new(),
                 cluster: None,
@@ -409,7 +403,7 @@ impl Engine {
                 aggs: Vec::new(),
             })
             .collect();
-        let mut uid_ids = FastMap::with_capacity_and_hasher(jobs.len(), Default::default());
+        let mut uid_ids = FxHashMap::with_capacity_and_hasher(jobs.len(), Default::default());
         let mut duplicates = Vec::new();
         for (i, j) in jobs.iter().enumerate() {
             if uid_ids.insert(j.uid.clone(), i as u32).is_some() {
@@ -446,7 +440,6 @@ impl Engine {
             views,
             pools,
             queues,
-            queue_ids,
             quota,
             jobs,
             js,
@@ -475,7 +468,7 @@ impl Engine {
             default_flavor,
             first,
             last_arrival,
-            started: Instant::now(),
+            started: RealClock.instant(),
         };
         // A uid seen twice: the later job is refused, like a duplicate submission.
         for i in duplicates {
@@ -487,7 +480,7 @@ impl Engine {
 
     /// Runs to the last event. `progress` is called every few thousand events.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> RunOutput {
-        self.started = Instant::now();
+        self.started = RealClock.instant();
         let mut since_progress = 0u32;
         loop {
             let next_arrival = self.next_pending_arrival();
@@ -595,7 +588,9 @@ impl Engine {
                 self.acc.alloc_secs[i] += u128::from(p.allocated) * dt as u128;
             }
             for q in 0..self.queues.len() {
-                let over = self.quota.over_guarantee(q);
+                let over: u64 = (0..self.flavors.len())
+                    .map(|f| self.quota.over_guarantee(q, f))
+                    .sum();
                 if over > 0 {
                     self.acc.over_secs[q] += dt as u64;
                     self.acc.over_gpu_secs[q] += u128::from(over) * dt as u128;
@@ -657,7 +652,7 @@ impl Engine {
             self.reject(j, why);
             return;
         }
-        let Some(&q) = self.queue_ids.get(&job.queue) else {
+        let Some(q) = self.quota.queue_id(&job.queue) else {
             self.js[ji].phase = Phase::Rejected;
             self.reject(j, format!("queue {} is not defined", job.queue));
             return;
@@ -675,13 +670,11 @@ impl Engine {
                 i64::from(class.map_or(0, |c| c.spec.value))
             }
         };
-        let needs = needs_of(&w);
-        let mut request: Vec<(usize, u64)> = Vec::new();
-        for n in &needs {
-            if let Some(&f) = self.flavor_ids.get(&n.flavor) {
-                request.push((f, n.gpus()));
-            }
-        }
+        let gangs = Gangs::of(&w, self.affinity);
+        let request: Vec<(usize, u64)> = gangs
+            .iter()
+            .filter_map(|(flavor, gpus, _)| Some((*self.flavor_ids.get(flavor)?, gpus)))
+            .collect();
         let remove_at = job.remove_at;
         let allowed = w.spec.placement.as_ref().map(|_| {
             (0..self.members.len())
@@ -698,7 +691,7 @@ impl Engine {
         s.estimate = i64::try_from(estimate).unwrap_or(i64::MAX / 4);
         s.queue = q as u32;
         s.prio = prio;
-        s.needs = needs;
+        s.gangs = Some(gangs);
         s.request = request;
         s.workload = Some(Box::new(w));
         self.enqueue(j);
@@ -716,10 +709,16 @@ impl Engine {
     /// queue or class, a flavor no cluster has, a gang no allowed cluster can hold even
     /// empty, a request above the queue's quota ceiling.
     fn admissible(&self, job: &Job, w: &Workload) -> Result<(), String> {
-        let Some(&q) = self.queue_ids.get(&job.queue) else {
+        let (Some(q), Some(queue)) = (
+            self.quota.queue_id(&job.queue),
+            self.policy
+                .spec
+                .queues
+                .iter()
+                .find(|q| q.metadata.name == job.queue),
+        ) else {
             return Err(format!("queue {} is not defined", job.queue));
         };
-        let queue = &self.policy.spec.queues[q];
         if !queue.spec.serves(w.spec.class) {
             return Err(format!(
                 "queue {} does not serve {} workloads",
@@ -729,25 +728,22 @@ impl Engine {
         if w.spec.total_gpus() == 0 {
             return Err("requests no GPUs".into());
         }
-        let needs = needs_of(w);
-        for n in &needs {
-            let Some(&f) = self.flavor_ids.get(&n.flavor) else {
-                return Err(format!("no cluster has {} GPUs", n.flavor));
+        let gangs = Gangs::of(w, self.affinity);
+        for (flavor, gpus, _) in gangs.iter() {
+            let Some(&f) = self.flavor_ids.get(flavor) else {
+                return Err(format!("no cluster has {flavor} GPUs"));
             };
-            let gpus = n.gpus();
-            let ceiling = self.quota.max_ever(q, f);
-            if gpus > ceiling {
+            if gpus > self.quota.max_ever(q, f) {
                 return Err(format!(
-                    "needs more {} GPUs than its queue may ever use",
-                    n.flavor
+                    "needs more {flavor} GPUs than its queue may ever use"
                 ));
             }
         }
-        let topology = w.spec.topology;
-        let fits_somewhere = self.members.iter().enumerate().any(|(c, m)| {
-            self.cluster_allowed(w, c)
-                && fit::place(&m.empty, &needs, w.spec.class, topology, self.affinity).is_some()
-        });
+        let fits_somewhere = self
+            .members
+            .iter()
+            .enumerate()
+            .any(|(c, m)| self.cluster_allowed(w, c) && gangs.place(&m.empty).is_some());
         if !fits_somewhere {
             return Err("larger than any cluster it may run on".into());
         }
@@ -1131,9 +1127,22 @@ impl Engine {
                 &mut records.iter().filter(|r| r.queue == q.name),
                 &self.acc.reason_secs[qi],
             );
-            let guaranteed: u64 = (0..self.flavors.len())
-                .map(|f| self.quota.guaranteed(qi, f))
-                .sum();
+            // What the queue declares; a queue without quotas is not quota-limited (the core
+            // books it as unlimited) and reports no guarantee.
+            let guaranteed: u64 = self
+                .policy
+                .spec
+                .queues
+                .iter()
+                .find(|x| x.metadata.name == q.name)
+                .map_or(0, |x| {
+                    x.spec
+                        .quotas
+                        .iter()
+                        .filter(|fq| self.flavor_ids.contains_key(&fq.flavor))
+                        .map(|fq| u64::from(fq.guaranteed))
+                        .sum()
+                });
             let util = (guaranteed > 0 && span > 0)
                 .then(|| g.gpu_hours * 3600.0 / (guaranteed as f64 * span as f64));
             queues.insert(
@@ -1236,156 +1245,4 @@ impl Engine {
             records,
         }
     }
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { 0.0 }
-}
-
-fn group_summary(
-    recs: &mut dyn Iterator<Item = &JobRecord>,
-    reason_secs: &[u64],
-    fleet_secs: f64,
-) -> GroupSummary {
-    let mut counts = JobCounts::default();
-    let mut jct = Vec::new();
-    let mut queueing = Vec::new();
-    let mut gpu_secs: u64 = 0;
-    let mut lost: u64 = 0;
-    let mut preemptions: u64 = 0;
-    let mut seen = [0u64; REASONS.len()];
-    for r in recs {
-        counts.submitted += 1;
-        match r.outcome {
-            Outcome::Rejected => {
-                counts.rejected += 1;
-                continue;
-            }
-            Outcome::Succeeded => counts.succeeded += 1,
-            Outcome::Removed => counts.removed += 1,
-            Outcome::Unfinished => counts.unfinished += 1,
-        }
-        if r.start.is_some() {
-            counts.started += 1;
-        } else {
-            counts.never_started += 1;
-        }
-        if let Some(q) = r.queueing() {
-            queueing.push(q);
-        }
-        if let Some(t) = r.jct() {
-            jct.push(t);
-        }
-        gpu_secs += r.gpu_seconds;
-        lost += r.lost_gpu_seconds;
-        preemptions += u64::from(r.preemptions);
-        for (i, s) in seen.iter_mut().enumerate() {
-            if r.reasons_seen & (1 << i) != 0 {
-                *s += 1;
-            }
-        }
-    }
-    let pending_reasons = REASONS
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| seen[*i] > 0 || reason_secs.get(*i).copied().unwrap_or(0) > 0)
-        .map(|(i, name)| {
-            (
-                (*name).to_owned(),
-                ReasonStats {
-                    workloads: seen[i],
-                    hours: reason_secs.get(i).copied().unwrap_or(0) as f64 / 3600.0,
-                },
-            )
-        })
-        .collect();
-    GroupSummary {
-        jobs: counts,
-        jct: Stats::of(jct),
-        queueing_delay: Stats::of(queueing),
-        gpu_hours: gpu_secs as f64 / 3600.0,
-        fleet_share: ratio(gpu_secs as f64, fleet_secs),
-        preemptions,
-        work_lost_gpu_hours: lost as f64 / 3600.0,
-        pending_reasons,
-    }
-}
-
-/// The workload a trace job becomes at arrival.
-pub fn build_workload(job: &Job, default_flavor: &str, settings: &SimulatorSettings) -> Workload {
-    let mut w = match &job.shape {
-        Shape::Pods {
-            pods,
-            flavor,
-            replica_of,
-        } => {
-            let flavor = flavor.as_deref().unwrap_or(default_flavor);
-            let pod_sets: Vec<PodSet> = pods
-                .iter()
-                .enumerate()
-                .map(|(i, (count, gpus))| {
-                    let name = if i == 0 {
-                        "worker".to_owned()
-                    } else {
-                        format!("worker-{i}")
-                    };
-                    PodSet::new(name, *count, *gpus, flavor)
-                })
-                .collect();
-            let pods_total: u32 = pods.iter().map(|(c, _)| *c).sum();
-            let mut spec = WorkloadSpec::new(job.queue.clone(), job.class, pod_sets);
-            spec.gang = Some(Gang {
-                min_count: pods_total.max(1),
-            });
-            if settings.runtime_estimates == Estimates::Exact {
-                spec.runtime_estimate_seconds = job.runtime;
-            }
-            if let Some(every) = settings.checkpoint_interval_seconds {
-                spec.checkpoint = Some(Checkpoint {
-                    interval_seconds: every,
-                    last_checkpoint_at: None,
-                });
-            }
-            let mut w = Workload::new(job.uid.clone(), spec);
-            if let Some(r) = replica_of {
-                w.metadata
-                    .labels
-                    .insert(settings.tuning.spread_label.clone(), r.clone());
-                w.spec.placement = Some(Placement {
-                    spread: true,
-                    ..Placement::default()
-                });
-            }
-            w
-        }
-        Shape::Workload(w) => {
-            let mut w = (**w).clone();
-            w.spec.queue = job.queue.clone();
-            w
-        }
-    };
-    w.metadata.uid = Some(job.uid.clone());
-    if let Some(clusters) = settings.queue_clusters.get(&job.queue) {
-        let p = w.spec.placement.get_or_insert_with(Placement::default);
-        p.clusters = clusters.clone();
-    }
-    w
-}
-
-/// Pods per flavor, largest pods first: the shape fit checks take.
-pub fn needs_of(w: &Workload) -> Vec<FlavorNeed> {
-    let mut needs: Vec<FlavorNeed> = Vec::new();
-    for p in w.spec.pod_sets.iter().filter(|p| p.total_gpus() > 0) {
-        match needs.iter_mut().find(|n| n.flavor == p.flavor) {
-            Some(n) => n.pods.push((p.count, p.gpus_per_pod)),
-            None => needs.push(FlavorNeed {
-                flavor: p.flavor.clone(),
-                pods: vec![(p.count, p.gpus_per_pod)],
-            }),
-        }
-    }
-    for n in &mut needs {
-        n.pods.sort_by_key(|p| std::cmp::Reverse(p.1));
-    }
-    needs
 }

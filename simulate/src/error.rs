@@ -58,6 +58,26 @@ pub enum SimulateError {
     /// The trace file as a whole is unusable (missing header columns, not UTF-8).
     #[error("trace {path}: {reason}")]
     Trace { path: PathBuf, reason: String },
+    /// A result that does not serialize (a non-finite statistic): written as nothing, it
+    /// would look like a run that measured nothing.
+    #[error("cannot serialize {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write {what}: {source}")]
+    Csv {
+        what: &'static str,
+        #[source]
+        source: csv::Error,
+    },
+    #[error("cannot draw {what}: {source}")]
+    Plot {
+        what: &'static str,
+        #[source]
+        source: crate::svg::PlotError,
+    },
     #[error("--{flag} {value:?}: {reason}")]
     Flag {
         flag: &'static str,

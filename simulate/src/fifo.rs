@@ -14,7 +14,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::engine::Engine;
-use super::fit;
 use super::metrics;
 
 impl Engine {
@@ -47,12 +46,9 @@ impl Engine {
         if self.quota.check(q, &self.js[ji].request).is_err() {
             return Err(metrics::QUOTA);
         }
-        let Some(w) = self.js[ji].workload.as_deref() else {
+        let Some(gangs) = self.js[ji].gangs.take() else {
             return Err(metrics::QUEUED);
         };
-        let class = w.spec.class;
-        let topology = w.spec.topology;
-        let needs = std::mem::take(&mut self.js[ji].needs);
         let allowed: Vec<usize> = match &self.js[ji].allowed {
             Some(list) => list.iter().map(|&c| c as usize).collect(),
             None => (0..self.members.len()).collect(),
@@ -61,7 +57,7 @@ impl Engine {
         for &c in &allowed {
             self.refresh(c);
             let digest = &self.views[c].digest;
-            if let Some(pools) = fit::place(digest, &needs, class, topology, self.affinity) {
+            if let Some(pools) = gangs.place(digest) {
                 let pool = digest.pools[pools[0]].pool.clone();
                 chosen = Some((c, pool, pools.len() == 1));
                 break;
@@ -69,23 +65,21 @@ impl Engine {
         }
         let Some((c, pool, restrict)) = chosen else {
             // Enough free in total (in allowed clusters) but nowhere whole: fragmentation.
-            let fragmented = needs.iter().all(|n| {
+            let fragmented = gangs.iter().all(|(flavor, gpus, _)| {
                 let free: u64 = allowed
                     .iter()
-                    .map(|&c| {
-                        fit::free_gpus(&self.views[c].digest, &n.flavor, class, self.affinity)
-                    })
+                    .map(|&c| gangs.free_gpus(&self.views[c].digest, flavor))
                     .sum();
-                free >= n.gpus()
+                free >= gpus
             });
-            self.js[ji].needs = needs;
+            self.js[ji].gangs = Some(gangs);
             return Err(if fragmented {
                 metrics::FRAGMENTATION
             } else {
                 metrics::CAPACITY
             });
         };
-        self.js[ji].needs = needs;
+        self.js[ji].gangs = Some(gangs);
         if self.assign(j, c, pool, restrict) {
             self.tick_now(c);
         }

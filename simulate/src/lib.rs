@@ -8,8 +8,9 @@
 //! a production trace replay in seconds, deterministically for a given seed.
 //!
 //! Layout, in the order a run meets it: [`config`] (the fleet and the policy), [`trace`]
-//! (one reader per trace format), [`engine`] (the event loop, arrivals, member ticks),
-//! `fifo` and `sched` (the two admission modes), [`metrics`] and [`output`] (what is
+//! (one reader per trace format), [`workload`] (what a trace job becomes), [`engine`] (the
+//! event loop, arrivals, member ticks), `fifo` and `sched` (the two admission modes, on the
+//! core's own `QuotaBook` and `Gangs`), [`metrics`], [`summary`] and [`output`] (what is
 //! measured and written), [`svg`] (plots) and [`progress`].
 
 mod aggregate;
@@ -17,16 +18,15 @@ pub mod config;
 pub mod engine;
 pub mod error;
 mod fifo;
-pub mod fit;
-mod hash;
 pub mod metrics;
 pub mod output;
 pub mod progress;
-pub mod quota;
 mod sched;
+pub mod summary;
 pub mod svg;
 pub mod time;
 pub mod trace;
+pub mod workload;
 
 use std::path::PathBuf;
 

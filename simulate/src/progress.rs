@@ -1,71 +1,58 @@
-//! A progress bar on stderr, only when stderr is a terminal (never in logs or CI output):
-//! hand-rolled with `std::io::IsTerminal`, redrawn at most ten times a second.
+//! A progress bar on stderr, only when stderr is a terminal (never in logs or CI output),
+//! drawn by `indicatif` (which limits redraws itself).
 
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::io::IsTerminal;
+
+use indicatif::{ProgressDrawTarget, ProgressStyle};
 
 use super::engine::Progress;
 use super::time::iso;
 
-const WIDTH: usize = 30;
-const EVERY: Duration = Duration::from_millis(100);
+const TEMPLATE: &str = "[{bar:30}] {percent:>3}% {msg}";
 
 pub struct ProgressBar {
-    enabled: bool,
-    last: Option<Instant>,
-    drawn: bool,
+    bar: Option<indicatif::ProgressBar>,
 }
 
 impl ProgressBar {
     /// Draws only if stderr is a terminal.
     pub fn stderr() -> Self {
-        Self {
-            enabled: std::io::stderr().is_terminal(),
-            last: None,
-            drawn: false,
+        if !std::io::stderr().is_terminal() {
+            return Self::disabled();
         }
+        let style = ProgressStyle::with_template(TEMPLATE)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("#>.");
+        let bar = indicatif::ProgressBar::with_draw_target(Some(1), ProgressDrawTarget::stderr())
+            .with_style(style);
+        Self { bar: Some(bar) }
     }
 
     pub fn disabled() -> Self {
-        Self {
-            enabled: false,
-            last: None,
-            drawn: false,
-        }
+        Self { bar: None }
     }
 
+    /// Arrivals drive the bar; the drain after the last arrival shows as 100%.
     pub fn update(&mut self, p: &Progress) {
-        if !self.enabled || self.last.is_some_and(|t| t.elapsed() < EVERY) {
-            return;
-        }
-        self.last = Some(Instant::now());
-        // Arrivals drive the first part; the drain after the last arrival shows as 100%.
-        let span = (p.last_arrival - p.first).max(1) as f64;
-        let done = ((p.now - p.first) as f64 / span).clamp(0.0, 1.0);
-        let filled = (done * WIDTH as f64).round() as usize;
-        let line = format!(
-            "\r[{}{}] {:>3.0}% {} | {}/{} jobs arrived | {} running, {} pending | {} events",
-            "#".repeat(filled),
-            ".".repeat(WIDTH - filled),
-            done * 100.0,
+        let Some(bar) = &self.bar else { return };
+        let span = (p.last_arrival - p.first).max(1);
+        bar.set_length(span as u64);
+        bar.set_position((p.now - p.first).clamp(0, span) as u64);
+        bar.set_message(format!(
+            "{} | {}/{} jobs arrived | {} running, {} pending | {} events",
             iso(p.now),
             p.arrived,
             p.jobs,
             p.running,
             p.pending,
             p.events
-        );
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "{line}\x1b[K");
-        let _ = err.flush();
-        self.drawn = true;
+        ));
     }
 
-    /// Ends the bar's line so later output starts on its own.
+    /// Leaves the finished bar on its own line, so later output starts on the next.
     pub fn finish(&mut self) {
-        if self.drawn {
-            let _ = writeln!(std::io::stderr());
-            self.drawn = false;
+        if let Some(bar) = self.bar.take() {
+            bar.finish();
         }
     }
 }

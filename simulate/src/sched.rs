@@ -18,18 +18,19 @@
 //!   bucket) at a cost independent of how much is running.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tideway_api::clock::{Clock, RealClock};
 
+use rustc_hash::FxHashSet;
 use tideway_api::Policy;
 use tideway_scheduler::{
-    Decision, PendingWorkload, PreemptionBudget, Reservation, RunningWorkload, SchedulerInput,
-    schedule,
+    Decision, Gangs, PendingWorkload, PreemptionBudget, Reservation, RunningWorkload,
+    SchedulerInput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
 use super::config::{RunningView, SimulatorSettings};
 use super::engine::{Engine, Key, Phase};
-use super::hash::FastSet;
 use super::metrics;
 use super::time::{Secs, to_utc};
 
@@ -236,7 +237,7 @@ impl Engine {
                 }
             }
         }
-        let mut seen: FastSet<u32> = chosen.iter().copied().collect();
+        let mut seen: FxHashSet<u32> = chosen.iter().copied().collect();
         for r in &st.reservations {
             if let Some(&j) = self.uid_ids.get(&r.uid)
                 && seen.insert(j)
@@ -271,7 +272,7 @@ impl Engine {
         st.input.reservations = st.reservations.clone();
         st.input.preemption_budget = st.budget(now);
 
-        let t0 = Instant::now();
+        let t0 = RealClock.instant();
         let out = schedule(&st.input);
         self.acc.sched_wall += t0.elapsed();
         self.acc.cycles += 1;
@@ -468,18 +469,18 @@ impl Engine {
         let s = &self.js[j as usize];
         let Some(c) = s.cluster else { return };
         let mut aggs = Vec::new();
-        for need in &s.needs {
-            let pool = self.pool_of(c as usize, &need.flavor, s.pool.as_deref());
-            for &(count, gpus_per_pod) in &need.pods {
+        for (flavor, _, pods) in s.gangs.iter().flat_map(Gangs::iter) {
+            let pool = self.pool_of(c as usize, flavor, s.pool.as_deref());
+            for p in pods {
                 let key = GroupKey {
                     queue: s.queue,
                     cluster: c,
                     pool,
-                    gpus_per_pod,
+                    gpus_per_pod: p.gpus_per_pod,
                     placed,
                 };
                 if let Some(st) = &mut self.sched {
-                    aggs.push((st.aggregates.group(key), count));
+                    aggs.push((st.aggregates.group(key), p.count));
                 }
             }
         }

@@ -1,29 +1,45 @@
-//! Hand-written SVG line charts: enough for utilization over time and delay CDFs, without a
-//! plotting crate (and its compile time) for two pictures.
+//! The simulator's plots, drawn with `plotters` (SVG backend only): utilization over time and
+//! queueing-delay CDFs.
 
-use std::fmt::Write as _;
+use plotters::prelude::*;
 
 use super::metrics::{JobRecord, Sample};
 use super::time::{Secs, short_duration, to_utc};
 
-const W: f64 = 960.0;
-const H: f64 = 480.0;
-const LEFT: f64 = 70.0;
-const RIGHT: f64 = 220.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
+const SIZE: (u32, u32) = (960, 480);
 
-/// Distinguishable colours (Tableau 10 and two more); series beyond repeat with dashes.
-const COLORS: [&str; 12] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac", "#1f77b4", "#8c564b",
+/// Distinguishable colours (Tableau 10 and two more); series beyond repeat them.
+const COLORS: [RGBColor; 12] = [
+    RGBColor(0x4e, 0x79, 0xa7),
+    RGBColor(0xf2, 0x8e, 0x2b),
+    RGBColor(0xe1, 0x57, 0x59),
+    RGBColor(0x76, 0xb7, 0xb2),
+    RGBColor(0x59, 0xa1, 0x4f),
+    RGBColor(0xed, 0xc9, 0x48),
+    RGBColor(0xb0, 0x7a, 0xa1),
+    RGBColor(0xff, 0x9d, 0xa7),
+    RGBColor(0x9c, 0x75, 0x5f),
+    RGBColor(0xba, 0xb0, 0xac),
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0x8c, 0x56, 0x4b),
 ];
 
-pub struct Axis {
+/// A plot that could not be drawn (a drawing error of the backend), with why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlotError(String);
+
+impl<E: std::error::Error + Send + Sync> From<DrawingAreaErrorKind<E>> for PlotError {
+    fn from(e: DrawingAreaErrorKind<E>) -> Self {
+        Self(e.to_string())
+    }
+}
+
+pub struct Axis<'a> {
     pub min: f64,
     pub max: f64,
-    pub ticks: Vec<(f64, String)>,
-    pub label: String,
+    pub label: &'a str,
+    pub format: &'a dyn Fn(&f64) -> String,
 }
 
 pub struct Series {
@@ -33,169 +49,94 @@ pub struct Series {
     pub emphasis: bool,
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+pub fn line_chart(
+    title: &str,
+    x: &Axis<'_>,
+    y: &Axis<'_>,
+    series: &[Series],
+) -> Result<String, PlotError> {
+    let mut buf = String::new();
+    {
+        let root = SVGBackend::with_string(&mut buf, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                x.min..x.max.max(x.min + 1e-9),
+                y.min..y.max.max(y.min + 1e-9),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc(x.label)
+            .y_desc(y.label)
+            .x_labels(8)
+            .y_labels(6)
+            .x_label_formatter(x.format)
+            .y_label_formatter(y.format)
+            .draw()?;
+        for (i, se) in series.iter().enumerate() {
+            let style = if se.emphasis {
+                BLACK.stroke_width(2)
+            } else {
+                COLORS[i % COLORS.len()].stroke_width(1)
+            };
+            chart
+                .draw_series(LineSeries::new(se.points.iter().copied(), style))?
+                .label(se.name.as_str())
+                .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 20, ly)], style));
+        }
+        if !series.is_empty() {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()?;
+        }
+        root.present()?;
+    }
+    Ok(buf)
 }
 
-pub fn line_chart(title: &str, x: &Axis, y: &Axis, series: &[Series]) -> String {
-    let pw = W - LEFT - RIGHT;
-    let ph = H - TOP - BOTTOM;
-    let sx = |v: f64| {
-        let span = (x.max - x.min).max(f64::MIN_POSITIVE);
-        LEFT + (v - x.min) / span * pw
-    };
-    let sy = |v: f64| {
-        let span = (y.max - y.min).max(f64::MIN_POSITIVE);
-        TOP + ph - (v - y.min) / span * ph
-    };
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" font-size="15" font-weight="bold">{}</text>"#,
-        LEFT,
-        esc(title)
-    );
-    // Grid and ticks.
-    for (v, label) in &x.ticks {
-        let px = sx(*v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            TOP + ph,
-            TOP + ph + 18.0,
-            esc(label)
-        );
-    }
-    for (v, label) in &y.ticks {
-        let py = sy(*v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + pw,
-            LEFT - 6.0,
-            py + 4.0,
-            esc(label)
-        );
-    }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-        LEFT + pw / 2.0,
-        H - 15.0,
-        esc(&x.label)
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">{}</text>"#,
-        TOP + ph / 2.0,
-        TOP + ph / 2.0,
-        esc(&y.label)
-    );
-    // Series and legend.
-    let mut legend_y = TOP + 8.0;
-    for (i, se) in series.iter().enumerate() {
-        let (color, width) = if se.emphasis {
-            ("#000000", 2.5)
-        } else {
-            (COLORS[i % COLORS.len()], 1.5)
-        };
-        let dash = if !se.emphasis && i >= COLORS.len() {
-            r#" stroke-dasharray="5,3""#
-        } else {
-            ""
-        };
-        if !se.points.is_empty() {
-            let mut pts = String::with_capacity(se.points.len() * 14);
-            for (px, py) in &se.points {
-                let _ = write!(pts, "{:.1},{:.1} ", sx(*px), sy(*py));
-            }
-            let _ = writeln!(
-                s,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="{width}"{dash} points="{}"/>"#,
-                pts.trim_end()
-            );
-        }
-        if legend_y < H - BOTTOM {
-            let lx = LEFT + pw + 12.0;
-            let _ = writeln!(
-                s,
-                r#"<line x1="{lx:.1}" y1="{legend_y:.1}" x2="{:.1}" y2="{legend_y:.1}" stroke="{color}" stroke-width="{width}"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
-                lx + 22.0,
-                lx + 28.0,
-                legend_y + 4.0,
-                esc(&se.name)
-            );
-            legend_y += 17.0;
-        }
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-/// Roughly `n` round tick positions over a time span, labelled by date (or time of day for
-/// spans under three days).
-fn time_ticks(from: Secs, to: Secs, n: i64) -> Vec<(f64, String)> {
-    let span = (to - from).max(1);
-    let steps = [
-        600, 1800, 3600, 7200, 21_600, 43_200, 86_400, 172_800, 604_800, 1_209_600, 2_592_000,
-    ];
-    let step = steps
-        .iter()
-        .copied()
-        .find(|s| span / s <= n)
-        .unwrap_or(2_592_000);
-    let fmt = if span < 3 * 86_400 {
+/// Dates on the time axis, or times of day for spans under three days.
+fn time_format(span: Secs) -> &'static str {
+    if span < 3 * 86_400 {
         "%m-%d %H:%M"
     } else {
         "%Y-%m-%d"
-    };
-    let mut t = (from + step - 1).div_euclid(step) * step;
-    let mut out = Vec::new();
-    while t <= to {
-        out.push((t as f64, to_utc(t).format(fmt).to_string()));
-        t += step;
     }
-    out
 }
 
-fn percent_ticks() -> Vec<(f64, String)> {
-    (0..=5)
-        .map(|i| (i as f64 * 20.0, format!("{}%", i * 20)))
-        .collect()
+fn percent(v: &f64) -> String {
+    format!("{v:.0}%")
 }
 
 /// Allocated over total GPUs per pool (and the whole fleet) over time.
-pub fn utilization(pools: &[(String, u64)], samples: &[Sample]) -> String {
-    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-        return line_chart(
-            "GPU utilization (no samples)",
-            &Axis {
-                min: 0.0,
-                max: 1.0,
-                ticks: Vec::new(),
-                label: "time".into(),
-            },
-            &Axis {
-                min: 0.0,
-                max: 100.0,
-                ticks: percent_ticks(),
-                label: "allocated GPUs".into(),
-            },
-            &[],
-        );
+pub fn utilization(pools: &[(String, u64)], samples: &[Sample]) -> Result<String, PlotError> {
+    let (first, last) = match (samples.first(), samples.last()) {
+        (Some(f), Some(l)) => (f.at, l.at.max(f.at + 1)),
+        _ => (0, 1),
     };
+    let fmt = time_format(last - first);
+    let time = move |v: &f64| to_utc(*v as Secs).format(fmt).to_string();
+    let x = Axis {
+        min: first as f64,
+        max: last as f64,
+        label: "virtual time (UTC)",
+        format: &time,
+    };
+    let y = Axis {
+        min: 0.0,
+        max: 100.0,
+        label: "allocated GPUs",
+        format: &percent,
+    };
+    if samples.is_empty() {
+        return line_chart("GPU utilization (no samples)", &x, &y, &[]);
+    }
     let mut series: Vec<Series> = pools
         .iter()
         .enumerate()
@@ -224,18 +165,8 @@ pub fn utilization(pools: &[(String, u64)], samples: &[Sample]) -> String {
     }
     line_chart(
         "GPU utilization per pool (allocated / total GPUs)",
-        &Axis {
-            min: first.at as f64,
-            max: last.at.max(first.at + 1) as f64,
-            ticks: time_ticks(first.at, last.at, 8),
-            label: "virtual time (UTC)".into(),
-        },
-        &Axis {
-            min: 0.0,
-            max: 100.0,
-            ticks: percent_ticks(),
-            label: "allocated GPUs".into(),
-        },
+        &x,
+        &y,
         &series,
     )
 }
@@ -250,7 +181,7 @@ fn pct(a: u64, total: u64) -> f64 {
 
 /// CDF of queueing delay (submit to first start) per group, on a log time axis; delays
 /// under a second are drawn at one second.
-pub fn delay_cdf(title: &str, groups: &[(String, Vec<Secs>)]) -> String {
+pub fn delay_cdf(title: &str, groups: &[(String, Vec<Secs>)]) -> Result<String, PlotError> {
     let max = groups
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -258,33 +189,19 @@ pub fn delay_cdf(title: &str, groups: &[(String, Vec<Secs>)]) -> String {
         .unwrap_or(1)
         .max(10);
     let decades = (max as f64).log10().ceil().max(1.0);
+    let duration = |v: &f64| short_duration(10f64.powf(*v).round());
+    let fraction = |v: &f64| format!("{v:.1}");
     let x = Axis {
         min: 0.0,
         max: decades,
-        ticks: [
-            1.0,
-            10.0,
-            60.0,
-            600.0,
-            3600.0,
-            36_000.0,
-            86_400.0,
-            864_000.0,
-            8_640_000.0,
-        ]
-        .into_iter()
-        .filter(|v: &f64| v.log10() <= decades)
-        .map(|v: f64| (v.log10(), short_duration(v)))
-        .collect(),
-        label: "queueing delay (log scale; 0 drawn at 1s)".into(),
+        label: "queueing delay (log scale; 0 drawn at 1s)",
+        format: &duration,
     };
     let y = Axis {
         min: 0.0,
         max: 1.0,
-        ticks: (0..=5)
-            .map(|i| (i as f64 * 0.2, format!("{:.1}", i as f64 * 0.2)))
-            .collect(),
-        label: "fraction of started workloads".into(),
+        label: "fraction of started workloads",
+        format: &fraction,
     };
     let series: Vec<Series> = groups
         .iter()
@@ -351,17 +268,25 @@ mod tests {
                 running: 2,
             },
         ];
-        let svg = utilization(&[("a/p".into(), 8), ("b<&>/p".into(), 8)], &samples);
-        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
-        assert_eq!(
-            svg.matches("<polyline").count(),
-            3,
-            "two pools and the fleet"
+        let svg = utilization(&[("a/p".into(), 8), ("b<&>/p".into(), 8)], &samples).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        // A line and a legend mark per series: two pools in their colours, the fleet in
+        // thick black.
+        for stroke in [
+            r##"stroke="#4E79A7" stroke-width="1""##,
+            r##"stroke="#F28E2B" stroke-width="1""##,
+            r##"stroke="#000000" stroke-width="2""##,
+        ] {
+            assert_eq!(svg.matches(stroke).count(), 2, "{stroke}");
+        }
+        assert!(svg.contains("b&lt;&amp;&gt;/p (8)"), "names are escaped");
+        assert!(svg.contains("fleet (16)"));
+        let cdf = delay_cdf("q", &[("training".into(), vec![0, 10, 100, 100_000])]).unwrap();
+        assert_eq!(cdf.matches(r##"stroke="#4E79A7""##).count(), 2);
+        assert!(
+            cdf.contains("training (n=4)") && cdf.contains("\n1s\n"),
+            "{cdf}"
         );
-        assert!(svg.contains("b&lt;&amp;&gt;/p"));
-        let cdf = delay_cdf("q", &[("training".into(), vec![0, 10, 100, 100_000])]);
-        assert_eq!(cdf.matches("<polyline").count(), 1);
-        assert!(cdf.contains(">1s<") && cdf.contains(">1h<"), "{cdf}");
-        assert!(utilization(&[], &[]).contains("no samples"));
+        assert!(utilization(&[], &[]).unwrap().contains("no samples"));
     }
 }

@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
-use tideway::procs::ProcCluster;
 use tideway_api::Workload;
 use tideway_api::client::{Client, ListQuery};
+use tideway_testkit::ProcCluster;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -17,7 +17,17 @@ pub struct TestCluster {
     _guard: tokio::sync::MutexGuard<'static, ()>,
 }
 
+/// The harness lock, for tests that start their own processes.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
+
+/// The harness lock alone, for a test that starts its own processes (e.g. `tideway dev`).
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
 
 pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     let guard = SERIAL.lock().await;

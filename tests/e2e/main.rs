@@ -2,6 +2,7 @@
 //! Each test takes the harness lock: clusters of three processes on a 2-core machine are
 //! not run side by side.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
+#![allow(clippy::disallowed_methods)] // tests wait on real time
 
 mod common;
 mod t10_submit_failover;
@@ -15,7 +16,10 @@ mod t70_agents;
 mod t80_scheduling;
 mod t85_no_write;
 mod t87_hardening;
+mod t90_dev_preemption;
 mod t90_member_lifecycle;
+mod t95_dashboard;
 mod t95_node_fault;
+mod t96_deploy;
 mod t97_member_loss;
 mod t99_chaos;

@@ -2,15 +2,9 @@
 
 use std::path::PathBuf;
 
-use tideway_simulate::{self as simulate, Options, RunOutput};
-
 pub const PHILLY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/traces/philly/philly.csv"
-);
-pub const DLRM: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/traces/alibaba-dlrm-2025/disaggregated_DLRM_trace.csv"
 );
 
 /// A file under `deploy/simulate/`.
@@ -18,20 +12,6 @@ pub fn example(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/simulate")
         .join(rel)
-}
-
-/// Loads and runs a simulation the way `tideway simulate` does, without a progress bar.
-pub fn simulate(clusters: PathBuf, policy: PathBuf, traces: &[String], seed: u64) -> RunOutput {
-    let input = simulate::load(&Options {
-        clusters,
-        policy,
-        traces: traces.to_vec(),
-        from: None,
-        to: None,
-        seed,
-    })
-    .expect("load the simulation");
-    simulate::run(input, &mut |_| {})
 }
 
 /// Writes `text` to a fresh file in `dir` and returns its path.

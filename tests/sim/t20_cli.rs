@@ -77,6 +77,33 @@ fn simulate_writes_every_output() {
 }
 
 #[test]
+fn a_run_that_rejects_everything_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    // VC 11cb48 has no queue in the cross-check policy: every job is refused.
+    let trace = format!("philly:{PHILLY}?vc=11cb48&from=2017-10-09&to=2017-10-10");
+    let clusters = example("philly-fifo/clusters.yaml");
+    let policy = example("philly-fifo/policy.yaml");
+    let (ok, stdout, stderr) = run(&[
+        "simulate",
+        "--clusters",
+        clusters.to_str().expect("utf-8 path"),
+        "--policy",
+        policy.to_str().expect("utf-8 path"),
+        "--trace",
+        &trace,
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert!(!ok, "a run that rejected everything must fail: {stdout}");
+    assert!(
+        stderr.contains("every workload was rejected") && stderr.contains("queue 11cb48"),
+        "{stderr}"
+    );
+    assert!(out.join("summary.json").exists(), "the summary says why");
+}
+
+#[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("out");

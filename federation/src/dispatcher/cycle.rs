@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
 use tideway_api::WorkloadPhase;
@@ -143,7 +142,7 @@ pub fn build_input(
         used_in_window: recent.len() as u32,
         refills_at: recent.first().map(|t| **t + window),
     };
-    SchedulerInput {
+    let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
@@ -161,7 +160,9 @@ pub fn build_input(
         preemption_budget,
         quota_overrides: Vec::new(),
         settings,
-    }
+    };
+    super::estimates::fill(&mut input, &super::estimates::learned(state));
+    input
 }
 
 /// The log entry for a cycle's output: only what changes the state.
@@ -241,6 +242,7 @@ pub async fn schedule_loop(
     last: LastCycleSlot,
     metrics: Arc<Metrics>,
 ) {
+    let clock = live.clock().clone();
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
     loop {
@@ -250,7 +252,7 @@ pub async fn schedule_loop(
             continue;
         }
         cycle += 1;
-        let now = Utc::now();
+        let now = clock.now();
         let input = {
             let Ok(d) = data.read() else { continue };
             // Without a Ready member nothing can be placed or preempted: skip the cycle
@@ -267,11 +269,11 @@ pub async fn schedule_loop(
             build_input(&d.state, |n| live.latest_digest(n), now, cycle)
         };
         let depth = queue_depths(&input);
-        let started = Instant::now();
+        let started = clock.instant();
         let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
             continue;
         };
-        let took = started.elapsed();
+        let took = clock.instant().saturating_duration_since(started);
         metrics.observe_cycle(took, &depth);
         // Scheduling never takes more than about a fifth of a core, however large the
         // backlog: the leader's first duty is to commit.

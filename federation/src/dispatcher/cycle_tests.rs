@@ -100,6 +100,7 @@ fn state() -> FederationState {
                 attempt: 1,
                 phase: LocalPhase::Running,
                 since: t(5),
+                nodes: Vec::new(),
             }],
         },
     );

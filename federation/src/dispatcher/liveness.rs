@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use chrono::Utc;
 use tideway_api::MemberPhase;
+use tideway_api::clock::SharedClock;
 use tideway_api::digest::CapacityDigest;
 
 use super::DispatchConfig;
@@ -27,10 +27,11 @@ struct Beat {
     replicated_at: Option<Instant>,
 }
 
-/// The leader's memory of heartbeats.
-#[derive(Clone, Default)]
+/// The leader's memory of heartbeats, timed on the node's clock.
+#[derive(Clone)]
 pub struct Liveness {
     beats: Arc<Mutex<HashMap<String, Beat>>>,
+    clock: SharedClock,
 }
 
 /// Whether a new digest differs enough from the replicated one to replicate it now.
@@ -53,6 +54,18 @@ pub fn significant_change(old: &CapacityDigest, new: &CapacityDigest) -> bool {
 }
 
 impl Liveness {
+    pub fn new(clock: SharedClock) -> Self {
+        Self {
+            beats: Arc::default(),
+            clock,
+        }
+    }
+
+    /// The clock heartbeats are timed on, which the leader loops share.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     /// Records a heartbeat; returns whether its digest should be replicated now.
     pub fn beat(
         &self,
@@ -61,7 +74,7 @@ impl Liveness {
         replicated: Option<&CapacityDigest>,
         cfg: &DispatchConfig,
     ) -> bool {
-        let now = Instant::now();
+        let now = self.clock.instant();
         let Ok(mut beats) = self.beats.lock() else {
             return false;
         };
@@ -94,7 +107,7 @@ impl Liveness {
 
     /// Time since the last heartbeat; a member never heard from starts its clock now.
     fn silence(&self, name: &str) -> std::time::Duration {
-        let now = Instant::now();
+        let now = self.clock.instant();
         match self.beats.lock() {
             Ok(mut b) => {
                 let beat = b.entry(name.to_string()).or_insert(Beat {
@@ -153,7 +166,7 @@ pub async fn heartbeat(
                     name: name.to_string(),
                     phase: MemberPhase::Ready,
                     message: Some("heartbeats resumed".into()),
-                    at: Utc::now(),
+                    at: live.clock.now(),
                 })
                 .await?,
         )?;
@@ -164,7 +177,7 @@ pub async fn heartbeat(
                 .propose(Command::MemberDigest {
                     name: name.to_string(),
                     digest: Box::new(digest),
-                    at: Utc::now(),
+                    at: live.clock.now(),
                 })
                 .await?,
         )?;
@@ -217,7 +230,7 @@ pub async fn health_monitor(
                         name: name.clone(),
                         phase: MemberPhase::NotReady,
                         message: Some(format!("no heartbeat for {:.1} s", silent.as_secs_f64())),
-                        at: Utc::now(),
+                        at: live.clock.now(),
                     })
                     .await;
             }

@@ -9,6 +9,7 @@ mod convert;
 pub mod cycle;
 #[cfg(test)]
 mod cycle_tests;
+pub mod estimates;
 pub mod liveness;
 pub mod recovery;
 

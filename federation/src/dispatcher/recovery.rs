@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use tideway_api::MemberPhase;
 use tideway_api::agent::Desired;
+use tideway_api::clock::SharedClock;
 
 use super::DispatchConfig;
 use crate::propose::Proposer;
@@ -150,8 +151,9 @@ pub async fn recovery_loop(
     data: Arc<RwLock<StateMachineData>>,
     proposer: Proposer,
     cfg: DispatchConfig,
+    clock: SharedClock,
 ) {
-    let mut limits = RateLimits::new(&cfg, Instant::now());
+    let mut limits = RateLimits::new(&cfg, clock.instant());
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
@@ -160,10 +162,10 @@ pub async fn recovery_loop(
         }
         let lost = {
             let Ok(d) = data.read() else { continue };
-            lost_work(&d, cfg.member_lost_after, Utc::now())
+            lost_work(&d, cfg.member_lost_after, clock.now())
         };
         for (member, uids) in lost {
-            let n = limits.grant(&member, uids.len(), Instant::now());
+            let n = limits.grant(&member, uids.len(), clock.instant());
             if n == 0 {
                 continue;
             }
@@ -173,7 +175,7 @@ pub async fn recovery_loop(
                 .propose(Command::RecoverWorkloads {
                     cluster: member,
                     uids: batch,
-                    at: Utc::now(),
+                    at: clock.now(),
                 })
                 .await;
         }
@@ -191,7 +193,8 @@ mod tests {
             redispatch_per_member_per_second: 2.0,
             ..DispatchConfig::default()
         };
-        let t0 = Instant::now();
+        use tideway_api::clock::Clock;
+        let t0 = tideway_api::clock::ManualClock::new(chrono::DateTime::UNIX_EPOCH).instant();
         let mut l = RateLimits::new(&cfg, t0);
         assert_eq!(l.grant("a", 1000, t0), 2, "per-member burst");
         assert_eq!(l.grant("b", 1000, t0), 1, "global burst left");

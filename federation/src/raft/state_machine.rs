@@ -96,13 +96,16 @@ fn decode_snapshot(bytes: &[u8]) -> io::Result<SnapshotFormat> {
 }
 
 /// A digest of the replicated state, equal on every node that applied the same log.
-pub fn state_digest(state: &FederationState) -> String {
+///
+/// A state that cannot be encoded is an error, never the digest of nothing: two nodes that
+/// both failed would otherwise report equal digests for different states.
+pub fn state_digest(state: &FederationState) -> Result<String, rmp_serde::encode::Error> {
     use std::hash::{Hash, Hasher};
-    let bytes = rmp_serde::to_vec_named(state).unwrap_or_default();
+    let bytes = rmp_serde::to_vec_named(state)?;
     // DefaultHasher::new() has fixed keys: the same bytes hash the same on every node.
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
-    format!("{:016x}", h.finish())
+    Ok(format!("{:016x}", h.finish()))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {

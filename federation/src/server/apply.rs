@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
-use chrono::Utc;
 use tideway_api::{AnyResource, Validate};
 
 use super::AppState;
@@ -24,7 +23,7 @@ pub async fn apply(
         .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
-    let at = Utc::now();
+    let at = st.clock.now();
     let cmd = match res {
         AnyResource::Queue(q) => Command::PutQueue {
             queue: Box::new(q),

@@ -23,11 +23,13 @@ pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiE
     let m = crate::raft::metrics(&st.raft);
     let (digest, workloads, applied) = st.read(|d| {
         (
-            state_digest(&d.state),
+            state_digest(&d.state)
+                .map_err(|e| ApiError::Internal(format!("encoding the state for its digest: {e}"))),
             d.state.workloads.len(),
             d.last_applied.map(|l| l.index()),
         )
     })?;
+    let digest = digest?;
     let mem = m.membership_config.membership();
     Ok(Json(NodeStatus {
         id: m.id,

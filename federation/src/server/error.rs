@@ -137,8 +137,19 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = self.to_problem();
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut resp = (self.status(), body).into_response();
+        let mut resp = match serde_json::to_vec(&problem) {
+            Ok(body) => (self.status(), body).into_response(),
+            // A problem is plain strings and numbers; should its encoding still fail, the
+            // client gets the status and a body that says so, never an empty 200-looking one.
+            Err(e) => {
+                tracing::error!(error = %e, "encoding a problem+json body");
+                (
+                    self.status(),
+                    format!("{{\"status\":{}}}", self.status().as_u16()),
+                )
+                    .into_response()
+            }
+        };
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -4,7 +4,6 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use chrono::Utc;
 use tideway_api::MemberCluster;
 
 use super::AppState;
@@ -46,7 +45,7 @@ async fn set_intent(
         .propose(Command::SetMemberIntent {
             name,
             intent,
-            at: Utc::now(),
+            at: st.clock.now(),
         })
         .await?;
     Ok(Json(member_of(res)?))
@@ -94,7 +93,7 @@ pub async fn remove(
         .proposer
         .propose(Command::RemoveMember {
             name,
-            at: Utc::now(),
+            at: st.clock.now(),
         })
         .await?;
     Ok(Json(member_of(res)?))

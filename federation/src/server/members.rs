@@ -8,7 +8,6 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use chrono::Utc;
 use serde::Deserialize;
 use tideway_api::agent::{
     AssignmentPage, Heartbeat, HeartbeatAck, RegisterRequest, StatusAck, StatusReport,
@@ -55,7 +54,7 @@ pub async fn register(
         .propose(Command::RegisterMember {
             member: Box::new(req.member),
             agent_version: req.agent_version,
-            at: Utc::now(),
+            at: st.clock.now(),
         })
         .await?;
     Ok(Json(member_of(res)?))

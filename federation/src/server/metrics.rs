@@ -18,6 +18,19 @@ pub async fn render(State(st): State<AppState>) -> Response {
         log_syncs: st.log_stats.syncs.load(Ordering::Relaxed),
         log_entries: st.log_stats.entries.load(Ordering::Relaxed),
     };
+    // Member health comes from the replicated state, so every node reports it.
+    if let Ok(members) = st.read(|d| {
+        d.state
+            .members
+            .iter()
+            .map(|(n, m)| {
+                let phase = m.cluster.status.as_ref().map(|s| s.phase);
+                (n.clone(), phase.unwrap_or_default())
+            })
+            .collect::<Vec<_>>()
+    }) {
+        st.metrics.set_member_phases(&members);
+    }
     match st.metrics.encode(&node) {
         Ok(out) => (
             [(

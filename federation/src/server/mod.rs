@@ -9,6 +9,7 @@ pub mod internal;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
+pub mod ui;
 pub mod workloads;
 
 use std::sync::{Arc, RwLock};
@@ -17,6 +18,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{delete, get, post};
 use openraft::ReadPolicy;
+use tideway_api::clock::SharedClock;
 
 use crate::dispatcher::DispatchConfig;
 use crate::dispatcher::liveness::Liveness;
@@ -67,6 +69,8 @@ pub struct AppState {
     pub dispatch: DispatchConfig,
     /// The leader's last scheduling cycle, for `explain`.
     pub last_cycle: crate::dispatcher::cycle::LastCycleSlot,
+    /// The time records are stamped with.
+    pub clock: SharedClock,
 }
 
 impl AppState {
@@ -148,6 +152,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());

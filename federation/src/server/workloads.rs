@@ -6,7 +6,6 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
 use tideway_api::list::{PriorityClassList, QueueList, WorkloadList};
 use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
@@ -89,7 +88,7 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
+    let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
@@ -123,7 +122,7 @@ pub async fn submit(
     let cmd = Command::SubmitWorkload {
         workload: Box::new(w),
         idempotency_key: key,
-        at: Utc::now(),
+        at: st.clock.now(),
     };
     let result = st.proposer.propose(cmd).await;
     let resp = match result {

@@ -65,5 +65,6 @@ pub fn submitted_status(at: DateTime<Utc>) -> WorkloadStatus {
         admitted_at: None,
         started_at: None,
         finished_at: None,
+        nodes: Vec::new(),
     }
 }

@@ -266,6 +266,7 @@ impl FederationState {
             }
             st.cluster = None;
             st.started_at = None;
+            st.nodes.clear();
             if st.attempts >= MAX_ATTEMPTS_ON_LOSS {
                 st.phase = WorkloadPhase::Failed;
                 st.finished_at = self.clock;
@@ -408,11 +409,22 @@ impl FederationState {
                 status.pending_reason = Some(PendingReason::Queued);
                 status.cluster = None;
                 status.started_at = None;
+                status.nodes.clear();
                 status.message = Some(why);
             };
+            if st.phase != LocalPhase::Running {
+                status.nodes.clear();
+            }
             match &st.phase {
                 LocalPhase::Pending => continue,
                 LocalPhase::Running => {
+                    // The nodes may be reported after the start (pods bound late).
+                    if !st.nodes.is_empty() {
+                        status.nodes.clone_from(&st.nodes);
+                    }
+                    if status.phase == WorkloadPhase::Running {
+                        continue;
+                    }
                     status.phase = WorkloadPhase::Running;
                     status.started_at = Some(st.since);
                     status.message = Some(format!("running on {cluster}"));
@@ -474,7 +486,12 @@ impl FederationState {
         match st.phase {
             _ if phase.is_terminal() => false,
             LocalPhase::Pending => false,
-            LocalPhase::Running => phase != WorkloadPhase::Running,
+            // Still running: news only if it names nodes not yet recorded (pods bound late).
+            LocalPhase::Running => {
+                phase != WorkloadPhase::Running
+                    || (!st.nodes.is_empty()
+                        && w.status.as_ref().is_some_and(|s| s.nodes != st.nodes))
+            }
             _ => true,
         }
     }
@@ -550,6 +567,16 @@ mod tests {
     }
 
     fn report(s: &mut FederationState, idx: u64, attempt: u32, phase: LocalPhase) {
+        report_on(s, idx, attempt, phase, Vec::new());
+    }
+
+    fn report_on(
+        s: &mut FederationState,
+        idx: u64,
+        attempt: u32,
+        phase: LocalPhase,
+        nodes: Vec<tideway_api::NodeGpus>,
+    ) {
         s.apply(
             idx,
             Command::ReportStatus {
@@ -559,6 +586,7 @@ mod tests {
                     attempt,
                     phase,
                     since: t(idx as i64),
+                    nodes,
                 }],
             },
         );
@@ -599,6 +627,7 @@ mod tests {
             attempt,
             phase,
             since: t(9),
+            nodes: vec![],
         };
         assert!(s.status_takes_effect("a", &st("u1", 1, LocalPhase::Running)));
         assert!(!s.status_takes_effect("zz", &st("u1", 1, LocalPhase::Running)));
@@ -610,6 +639,23 @@ mod tests {
         assert!(s.status_takes_effect("a", &st("u1", 1, LocalPhase::Succeeded)));
         report(&mut s, 5, 1, LocalPhase::Succeeded);
         assert!(!s.status_takes_effect("a", &st("u1", 1, LocalPhase::Succeeded)));
+    }
+
+    #[test]
+    fn running_work_records_its_nodes_until_it_stops() {
+        let mut s = setup(None);
+        let nodes = vec![tideway_api::NodeGpus {
+            node: "n1".into(),
+            gpus: 8,
+        }];
+        let status = |s: &FederationState| s.workloads.values().next().unwrap().status.clone();
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert!(status(&s).unwrap().nodes.is_empty());
+        // Nodes reported after the start (pods bound late) are recorded too.
+        report_on(&mut s, 5, 1, LocalPhase::Running, nodes.clone());
+        assert_eq!(status(&s).unwrap().nodes, nodes);
+        report(&mut s, 6, 1, LocalPhase::Succeeded);
+        assert!(status(&s).unwrap().nodes.is_empty());
     }
 
     #[test]
@@ -808,6 +854,7 @@ mod tests {
                 attempt: 1,
                 phase: LocalPhase::Succeeded,
                 since: t(6),
+                nodes: vec![],
             }
         ));
         assert_eq!(

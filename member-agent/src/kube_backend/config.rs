@@ -323,17 +323,4 @@ mod tests {
         cfg.flavors.insert("Empty".into(), BTreeMap::new());
         assert_eq!(cfg.validate().unwrap_err().field, "flavors.Empty");
     }
-
-    /// The ConfigMap shipped in deploy/kubernetes must stay a valid config.
-    #[test]
-    fn the_deployed_agent_config_is_valid() {
-        let manifest = include_str!("../../../deploy/kubernetes/agent/configmap.yaml");
-        let cm: serde_json::Value = serde_saphyr::from_str(manifest).unwrap();
-        let agent_yaml = cm["data"]["agent.yaml"].as_str().unwrap();
-        let agent: serde_json::Value = serde_saphyr::from_str(agent_yaml).unwrap();
-        let cfg: KubeConfig = serde_json::from_value(agent["kube"].clone()).unwrap();
-        cfg.validate().unwrap();
-        assert_eq!(cfg.mode, SchedulerMode::Volcano);
-        assert_eq!(cfg.flavor_selector("L4").len(), 1);
-    }
 }

@@ -132,6 +132,53 @@ fn allocated_by_node(pods: &[Pod]) -> HashMap<String, u32> {
     by_node
 }
 
+/// The nodes each workload attempt's pods are bound to, with their GPUs, from the pods'
+/// `tideway.dev/workload-uid` and `tideway.dev/attempt` labels (the pods of a user's own
+/// template carry none and are not reported). The federation uses them to free whole nodes
+/// for gangs; node names are opaque to it.
+pub fn nodes_by_workload(pods: &[Pod]) -> BTreeMap<(String, u32), Vec<tideway_api::NodeGpus>> {
+    let mut acc: BTreeMap<(String, u32), BTreeMap<String, u32>> = BTreeMap::new();
+    for pod in pods {
+        let Some(labels) = pod.metadata.labels.as_ref() else {
+            continue;
+        };
+        let (Some(uid), Some(attempt)) = (
+            labels.get(super::labels::WORKLOAD_UID),
+            labels
+                .get(super::labels::ATTEMPT)
+                .and_then(|a| a.parse::<u32>().ok()),
+        ) else {
+            continue;
+        };
+        let Some(spec) = &pod.spec else { continue };
+        let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        let gpus = pod_gpus(&spec.containers, spec.init_containers.as_deref());
+        if gpus > 0 {
+            let e = acc
+                .entry((uid.clone(), attempt))
+                .or_default()
+                .entry(node.to_owned())
+                .or_insert(0);
+            *e = e.saturating_add(gpus);
+        }
+    }
+    acc.into_iter()
+        .map(|(k, by_node)| {
+            let nodes = by_node
+                .into_iter()
+                .map(|(node, gpus)| tideway_api::NodeGpus { node, gpus })
+                .collect();
+            (k, nodes)
+        })
+        .collect()
+}
+
 /// The pod's effective GPU request, as the kube-scheduler computes it: the larger of the
 /// app containers (plus restartable init "sidecar" containers, which run alongside them)
 /// and the largest single ordinary init container, which runs alone.
@@ -276,6 +323,37 @@ mod tests {
             "status": {"phase": phase}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn nodes_of_each_workload_come_from_its_pods_labels() {
+        let labelled = |node: &str, uid: &str, phase: &str| -> Pod {
+            let mut p = pod(node, phase, "4");
+            p.metadata.labels = Some(BTreeMap::from([
+                (
+                    super::super::labels::WORKLOAD_UID.to_owned(),
+                    uid.to_owned(),
+                ),
+                (super::super::labels::ATTEMPT.to_owned(), "2".to_owned()),
+            ]));
+            p
+        };
+        let pods = [
+            labelled("a", "u1", "Running"),
+            labelled("a", "u1", "Running"),
+            labelled("b", "u1", "Running"),
+            labelled("c", "u1", "Succeeded"),
+            labelled("c", "u2", "Pending"),
+            pod("d", "Running", "8"),
+        ];
+        let got = nodes_by_workload(&pods);
+        let ng = |node: &str, gpus| tideway_api::NodeGpus {
+            node: node.into(),
+            gpus,
+        };
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[&("u1".into(), 2)], vec![ng("a", 8), ng("b", 4)]);
+        assert_eq!(got[&("u2".into(), 2)], vec![ng("c", 4)]);
     }
 
     #[test]

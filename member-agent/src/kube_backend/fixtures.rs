@@ -123,7 +123,7 @@ pub fn testcontext(mode: SchedulerMode, now: &str) -> (KubeBackend, ApiServerVer
     let now = at(now);
     let backend = KubeBackend::new(client, config(mode))
         .expect("test config is valid")
-        .with_clock(Arc::new(move || now));
+        .with_clock(Arc::new(tideway_api::clock::ManualClock::new(now)));
     (backend, ApiServerVerifier(handle))
 }
 

@@ -195,6 +195,9 @@ fn pod_template(config: &KubeConfig, a: &Assignment, ps: &PodSet) -> Result<Valu
         for (k, v) in selector {
             ns.entry(k).or_insert(v);
         }
+        if let Some(limit) = a.workload.spec.runtime_limit_seconds {
+            spec.insert("activeDeadlineSeconds".to_owned(), json!(limit));
+        }
         return Ok(template);
     }
 
@@ -224,6 +227,11 @@ fn pod_template(config: &KubeConfig, a: &Assignment, ps: &PodSet) -> Result<Valu
             "resources": resources,
         }],
     });
+    // The workload's time limit: the kubelet stops each pod once it has run this long,
+    // which fails the attempt like Slurm's TIMEOUT.
+    if let Some(limit) = a.workload.spec.runtime_limit_seconds {
+        spec["activeDeadlineSeconds"] = json!(limit);
+    }
     if ps.gpus_per_pod > 0 {
         // GPU node groups are commonly tainted so that CPU pods stay off them; not every
         // cluster runs the admission plugin that adds this toleration automatically.

@@ -27,7 +27,8 @@ mod fixtures;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
@@ -47,7 +48,7 @@ use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus}
 use error::{classify, is_already_exists, is_gone, is_not_found};
 
 /// The wall clock, injected so tests pin time (preemption deadlines, `since`, digests).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub type Clock = tideway_api::clock::SharedClock;
 
 /// Our field manager on every write, so `kubectl get -o yaml --show-managed-fields` says who
 /// set what.
@@ -64,7 +65,12 @@ pub struct KubeBackend {
     config: Arc<KubeConfig>,
     jobs: Api<DynamicObject>,
     clock: Clock,
+    /// The nodes of each workload attempt, from the last digest's pod list (no extra API
+    /// call); running statuses carry them. Never held across an await.
+    nodes: Arc<RwLock<NodesByWorkload>>,
 }
+
+type NodesByWorkload = BTreeMap<(String, u32), Vec<tideway_api::NodeGpus>>;
 
 impl std::fmt::Debug for KubeBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -87,7 +93,8 @@ impl KubeBackend {
             client,
             config: Arc::new(config),
             jobs,
-            clock: Arc::new(Utc::now),
+            clock: tideway_api::clock::RealClock::shared(),
+            nodes: Arc::default(),
         })
     }
 
@@ -123,7 +130,7 @@ impl KubeBackend {
     }
 
     fn now(&self) -> DateTime<Utc> {
-        (self.clock)()
+        self.clock.now()
     }
 
     /// Deletes one job; already gone is fine.
@@ -190,6 +197,8 @@ impl Backend for KubeBackend {
         )
         .await
         .map_err(|e| classify("list pods", e))?;
+        let occupied = digest::nodes_by_workload(&pods);
+        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = occupied;
         Ok(digest::build_digest(
             &self.config,
             &nodes,
@@ -304,6 +313,12 @@ impl Backend for KubeBackend {
                         s.since = now;
                     }
                     Err(e) => tracing::warn!(job = name, error = %e, "preemption delete failed"),
+                }
+            }
+            if s.phase == LocalPhase::Running {
+                let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+                if let Some(n) = nodes.get(&(s.uid.clone(), s.attempt)) {
+                    s.nodes.clone_from(n);
                 }
             }
             out.push(s);

@@ -49,6 +49,7 @@ pub fn local_status(
         attempt,
         phase,
         since,
+        nodes: Vec::new(),
     })
 }
 
@@ -60,6 +61,7 @@ pub fn deleted_status(obj: &DynamicObject, now: DateTime<Utc>) -> Option<LocalSt
         attempt,
         phase: gone_phase(obj),
         since: now,
+        nodes: Vec::new(),
     })
 }
 

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::fixtures::*;
 use super::{KubeBackend, SchedulerMode, manifest};
-use crate::backend::{Backend, BackendError, LocalPhase, LocalStatus};
+use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus};
 
 /// Waits for the verifier to have seen every expected request; a mismatch inside it is a
 /// panic, surfaced here.
@@ -27,6 +27,7 @@ fn status(uid: &str, attempt: u32, phase: LocalPhase, since: &str) -> LocalStatu
         attempt,
         phase,
         since: at(since),
+        nodes: Vec::new(),
     }
 }
 
@@ -234,6 +235,30 @@ fn a_template_is_passed_through_with_the_placement_selector_added() {
     );
     a.workload.spec.template = Some(json!("not a pod template"));
     assert!(manifest::volcano_job(&cfg, &a).is_err());
+}
+
+#[test]
+fn the_runtime_limit_becomes_the_pods_active_deadline() {
+    for mode in [SchedulerMode::Volcano, SchedulerMode::Kueue] {
+        let cfg = config(mode);
+        let mut a = match mode {
+            SchedulerMode::Volcano => volcano_assignment(),
+            SchedulerMode::Kueue => kueue_assignment(),
+        };
+        let template = |a: &Assignment| {
+            let job = manifest::build_job(&cfg, a).expect("job");
+            match mode {
+                SchedulerMode::Volcano => job.data["spec"]["tasks"][0]["template"].clone(),
+                SchedulerMode::Kueue => job.data["spec"]["template"].clone(),
+            }
+        };
+        assert!(template(&a)["spec"].get("activeDeadlineSeconds").is_none());
+        a.workload.spec.runtime_limit_seconds = Some(7200);
+        assert_eq!(template(&a)["spec"]["activeDeadlineSeconds"], json!(7200));
+        // A user's own template gets it too.
+        a.workload.spec.template = Some(json!({"spec": {"containers": []}}));
+        assert_eq!(template(&a)["spec"]["activeDeadlineSeconds"], json!(7200));
+    }
 }
 
 // --- status mapping -------------------------------------------------------------------

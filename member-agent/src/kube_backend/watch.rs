@@ -203,7 +203,7 @@ impl State {
     }
 
     fn seen(&mut self, obj: DynamicObject) {
-        let now = (self.clock)();
+        let now = self.clock.now();
         let Some(status) = local_status(self.mode, &obj, now) else {
             return;
         };
@@ -226,7 +226,7 @@ impl State {
             .known
             .remove(&key)
             .is_some_and(|k| k.phase.is_terminal());
-        if !finished && let Some(s) = deleted_status(obj, (self.clock)()) {
+        if !finished && let Some(s) = deleted_status(obj, self.clock.now()) {
             self.out.push_back(Ok(s));
         }
     }
@@ -236,7 +236,7 @@ impl State {
         if known.phase.is_terminal() {
             return;
         }
-        if let Some(s) = deleted_status(&known.obj, (self.clock)()) {
+        if let Some(s) = deleted_status(&known.obj, self.clock.now()) {
             self.out.push_back(Ok(s));
         }
     }

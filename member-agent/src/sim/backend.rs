@@ -17,9 +17,9 @@ use tideway_api::digest::CapacityDigest;
 
 use crate::backend::{Assignment, Backend, BackendError, LocalStatus};
 
-use super::clock::Clock;
 use super::cluster::{SimCluster, SimError};
 use super::digest::capacity_digest;
+use tideway_api::clock::Clock;
 
 #[derive(Debug, Clone)]
 pub struct SimBackend {
@@ -174,12 +174,12 @@ impl Backend for SimBackend {
 mod tests {
     use super::*;
     use crate::backend::LocalPhase;
-    use crate::sim::clock::ManualClock;
     use crate::sim::cluster::FaultPolicy;
     use crate::sim::cluster::tests::{assignment, small, t};
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
+    use tideway_api::clock::ManualClock;
 
     /// The sim backend never awaits anything, so one poll finishes every call: a tiny
     /// executor instead of a runtime dependency.

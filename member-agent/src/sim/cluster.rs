@@ -31,6 +31,8 @@ pub const RUNTIME_ANNOTATION: &str = "tideway.dev/sim-runtime-seconds";
 
 /// The reason an evicted workload reports after a preemption notice ran out.
 pub const PREEMPTED_REASON: &str = "preempted";
+/// The failure reason of a workload stopped at its `spec.runtimeLimitSeconds` (Slurm's TIMEOUT).
+pub const RUNTIME_LIMIT_REASON: &str = "RuntimeLimitExceeded";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimError {
@@ -131,12 +133,33 @@ impl SimWorkload {
         }
     }
 
-    pub fn status(&self) -> LocalStatus {
+    /// When it is stopped for running past `spec.runtimeLimitSeconds`, if running with one.
+    pub fn limit_at(&self) -> Option<DateTime<Utc>> {
+        let limit = self.workload.spec.runtime_limit_seconds?;
+        let limit = TimeDelta::try_seconds(i64::try_from(limit).ok()?)?;
+        match (&self.phase, self.started_at) {
+            (LocalPhase::Running, Some(start)) => start.checked_add_signed(limit),
+            _ => None,
+        }
+    }
+
+    /// Its status; `nodes` names the nodes of `placement` (indices into `nodes`).
+    pub fn status(&self, nodes: &[SimNode]) -> LocalStatus {
         LocalStatus {
             uid: self.uid.clone(),
             attempt: self.attempt,
             phase: self.phase.clone(),
             since: self.since,
+            nodes: self
+                .placement
+                .iter()
+                .filter_map(|(&i, &gpus)| {
+                    nodes.get(i).map(|n| tideway_api::NodeGpus {
+                        node: n.name.clone(),
+                        gpus,
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -350,16 +373,20 @@ impl SimCluster {
             .iter()
             .filter(|(_, w)| w.is_active())
             .filter_map(|(k, w)| {
-                let finish = w.finishes_at().filter(|t| *t <= now);
-                let stop = w.stop_at.filter(|t| *t <= now);
-                // Finishing at the deadline counts as finishing.
-                let event = match (finish, stop) {
-                    (Some(f), Some(s)) if f <= s => Some((f, LocalPhase::Succeeded)),
-                    (Some(f), None) => Some((f, LocalPhase::Succeeded)),
-                    (_, Some(s)) => Some((s, evicted(PREEMPTED_REASON))),
-                    (None, None) => None,
+                // The earliest due event; at equal times finishing wins (finishing at the
+                // deadline or at the limit counts as finishing), then the limit.
+                let event = [(w.finishes_at(), 0u8), (w.limit_at(), 1), (w.stop_at, 2)]
+                    .into_iter()
+                    .filter_map(|(t, order)| t.filter(|t| *t <= now).map(|t| (t, order)))
+                    .min()?;
+                let phase = match event.1 {
+                    0 => LocalPhase::Succeeded,
+                    1 => LocalPhase::Failed {
+                        reason: RUNTIME_LIMIT_REASON.to_owned(),
+                    },
+                    _ => evicted(PREEMPTED_REASON),
                 };
-                event.map(|(t, phase)| (t, k.clone(), phase))
+                Some((event.0, k.clone(), phase))
             })
             .collect();
         due.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
@@ -378,7 +405,7 @@ impl SimCluster {
         self.workloads
             .values()
             .filter(|w| w.is_active())
-            .flat_map(|w| [w.finishes_at(), w.stop_at])
+            .flat_map(|w| [w.finishes_at(), w.limit_at(), w.stop_at])
             .flatten()
             .min()
     }
@@ -515,7 +542,10 @@ impl SimCluster {
 
     /// Every workload's status, by (uid, attempt).
     pub fn statuses(&self) -> Vec<LocalStatus> {
-        self.workloads.values().map(SimWorkload::status).collect()
+        self.workloads
+            .values()
+            .map(|w| w.status(&self.nodes))
+            .collect()
     }
 
     /// Checks the bookkeeping: every node's allocation is the sum of the placements of running
@@ -848,6 +878,32 @@ pub(crate) mod tests {
         assert_eq!(done[0].phase, LocalPhase::Succeeded);
         assert_eq!(done[0].at, t(110), "finishes at its own event time");
         assert_eq!(c.nodes().iter().map(|n| n.allocated).sum::<u32>(), 0);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn stops_at_its_runtime_limit() {
+        let mut c = small();
+        let mut a = assignment("a", 1, 8, Some(100));
+        a.workload.spec.runtime_limit_seconds = Some(60);
+        c.ensure(&a, t(0)).unwrap();
+        c.tick(t(0));
+        assert_eq!(c.next_event(), Some(t(60)));
+        let done = c.tick(t(500));
+        assert_eq!(
+            done[0].phase,
+            LocalPhase::Failed {
+                reason: RUNTIME_LIMIT_REASON.into()
+            }
+        );
+        assert_eq!(done[0].at, t(60));
+        assert_eq!(c.nodes().iter().map(|n| n.allocated).sum::<u32>(), 0);
+        // Work that ends by its limit succeeds.
+        let mut b = assignment("b", 1, 8, Some(60));
+        b.workload.spec.runtime_limit_seconds = Some(60);
+        c.ensure(&b, t(500)).unwrap();
+        c.tick(t(500));
+        assert_eq!(c.tick(t(600))[0].phase, LocalPhase::Succeeded);
         c.check_invariants().unwrap();
     }
 

@@ -387,20 +387,39 @@ impl Inventory {
     }
 
     /// Builds from the Alibaba inventory format (`gpu_model,gpu_capacity_num,cpu_num,
-    /// node_name`; column order free, extra columns ignored, no quoting).
+    /// node_name`; column order free, extra columns ignored, RFC 4180 quoting).
     pub fn from_csv_str(text: &str, layout: &CsvLayout) -> Result<Self, InventoryError> {
         layout.validate().map_err(InventoryError::Invalid)?;
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
-            .filter(|(_, l)| !l.trim().is_empty());
+        let mut lines = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes())
+            .into_records()
+            .map(|r| {
+                let line = r
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.position())
+                    .map_or(0, |p| p.line() as usize);
+                (line, r)
+            })
+            .filter(|(_, r)| {
+                // A whitespace-only line, trimmed, is one empty field: not a row.
+                !r.as_ref()
+                    .is_ok_and(|r| r.len() == 1 && r.get(0).is_some_and(str::is_empty))
+            });
         let (header_line, header) = lines.next().ok_or_else(|| InventoryError::Csv {
             line: 1,
             column: String::new(),
             reason: "the file is empty".to_owned(),
         })?;
-        let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+        let header = header.map_err(|e| InventoryError::Csv {
+            line: header_line,
+            column: String::new(),
+            reason: e.to_string(),
+        })?;
+        let columns: Vec<&str> = header.iter().collect();
         let column = |name: &str| {
             columns
                 .iter()
@@ -426,14 +445,12 @@ impl Inventory {
         let mut names = BTreeSet::new();
         let mut matched = 0usize;
         for (line, row) in lines {
-            if row.contains('"') {
-                return Err(InventoryError::Csv {
-                    line,
-                    column: String::new(),
-                    reason: "quoted fields are not supported".to_owned(),
-                });
-            }
-            let fields: Vec<&str> = row.split(',').map(str::trim).collect();
+            let row = row.map_err(|e| InventoryError::Csv {
+                line,
+                column: String::new(),
+                reason: e.to_string(),
+            })?;
+            let fields: Vec<&str> = row.iter().collect();
             if fields.len() != columns.len() {
                 return Err(InventoryError::Csv {
                     line,
@@ -818,6 +835,20 @@ mod tests {
             errors.has_field("nodesPerRack") && errors.has_field("models"),
             "{errors}"
         );
+    }
+
+    #[test]
+    fn csv_quoted_fields_are_one_field() {
+        let l = layout(&[("A10", "infer", PoolKind::Inference)]);
+        let quoted =
+            "gpu_model,gpu_capacity_num,cpu_num,node_name\n\"A10\",1,\"12,8\",\"n-0\"\n  \n";
+        let inv = Inventory::from_csv_str(quoted, &l).unwrap();
+        let got: Vec<_> = inv
+            .nodes()
+            .iter()
+            .map(|n| (n.name.as_str(), n.gpus))
+            .collect();
+        assert_eq!(got, [("n-0", 1)]);
     }
 
     /// Reads the real inventory and checks the slice against an independent count.

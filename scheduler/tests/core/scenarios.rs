@@ -564,29 +564,43 @@ fn budget_caps_victims_per_window() {
     let mut f = one(2);
     f.start_on(workload("v1", "q", "low", "H100", 1, 8), "c1", None);
     f.start_on(workload("v2", "q", "low", "H100", 1, 8), "c1", None);
-    f.budget.max = 1;
+    f.budget.max = 2;
+    f.budget.used_in_window = 1;
     f.submit(workload("w", "q", "high", "H100", 2, 8));
     let out = f.cycle();
     assert_eq!(reason(&out, "w"), PendingReason::RateLimited);
+    // A plan larger than a whole window's budget runs once a window has nothing else in it
+    // (else a big gang could never preempt), and spends it all.
+    f.budget.max = 1;
+    f.budget.used_in_window = 0;
+    let out = f.cycle();
+    assert!(matches!(
+        reason(&out, "w"),
+        PendingReason::WaitingForPreemption { .. }
+    ));
 }
 
 #[test]
 fn never_preempts_where_a_reservation_holds_the_capacity() {
     let mut f = one(4);
     f.tuning.reservation_after_seconds = 0;
-    f.start_on(
-        workload("v", "q", "forbidden", "H100", 1, 8),
-        "c1",
-        Some(f.now),
-    );
-    f.start_on(workload("u", "q", "low", "H100", 1, 8), "c1", Some(f.now));
-    // The gang needs all four nodes; evicting u is not enough (v is forbidden): it reserves.
+    // Both are expected to end within the hour (they will not, in truth).
+    for (uid, class) in [("v", "forbidden"), ("u", "low")] {
+        f.true_runtime.insert(uid.into(), 100_000);
+        let w = with_runtime(workload(uid, "q", class, "H100", 1, 8), 3600);
+        f.start_on(w, "c1", Some(f.now));
+    }
+    // The gang needs all four nodes; evicting u is not enough (v is forbidden): with nobody
+    // else waiting a reservation costs nothing, so it reserves.
     f.submit(workload("gang", "q", "normal", "H100", 4, 8));
     let out = f.cycle();
     assert!(matches!(
         Fleet::decision(&out, "gang"),
         Decision::Reserve { .. }
     ));
+    // An hour later u and v overran their estimates; they are now expected to run as long
+    // again, and the gang has waited that long: the reservation still pays and is kept.
+    f.advance(3600);
     // A same-priority job that would fit on a free node is held off it (no runtime
     // estimate, so no backfill) and must not evict u instead: it would preempt for nothing.
     f.submit(workload("w", "q", "normal", "H100", 1, 8));
@@ -607,6 +621,15 @@ fn never_preempts_where_a_reservation_holds_the_capacity() {
     let out = f.cycle();
     assert!(matches!(
         Fleet::decision(&out, "short"),
+        Decision::Assign { .. }
+    ));
+    // So is work with only a limit that ends before it: it cannot run longer.
+    let mut limited = workload("limited", "q", "normal", "H100", 1, 8);
+    limited.spec.runtime_limit_seconds = Some(60);
+    f.submit(limited);
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "limited"),
         Decision::Assign { .. }
     ));
 }
@@ -886,9 +909,9 @@ fn big_gang_gets_a_reservation_and_starts_while_small_jobs_keep_flowing() {
     }
     let (reserved, _) = reserved_at.expect("gang got a reservation");
     let started = started_at.expect("gang started");
-    // Reserved once it waited 10 minutes; started once the reserved cluster's work (30
-    // minutes) drained.
-    assert!(reserved <= 11, "reserved at cycle {reserved}");
+    // Reserved once it had waited as long as the reserved cluster's work still needed (at
+    // most the 30 minutes of a small job); started once that work drained.
+    assert!(reserved <= 31, "reserved at cycle {reserved}");
     assert!(started - reserved <= small_runtime as usize / cycle_secs as usize + 2);
     assert!(
         small_admitted_while_waiting > 20,
@@ -939,5 +962,137 @@ fn required_topology_needs_a_member_that_declares_the_level() {
     assert!(
         matches!(Fleet::decision(&out, "n"), Decision::Assign { .. }),
         "a node-level gang still fits c1"
+    );
+}
+
+/// GPUs in use on all nodes of the fleet.
+fn used_gpus(f: &Fleet) -> u32 {
+    f.clusters
+        .iter()
+        .flat_map(|c| &c.pools)
+        .flat_map(|p| &p.racks)
+        .flat_map(|r| &r.nodes)
+        .map(|n| n.used)
+        .sum()
+}
+
+/// The Philly collapse in miniature: nobody gives run-time estimates, small jobs arrive
+/// faster than they finish and two-node gangs wait among them. Reservations must not turn
+/// the backlog into a stall: the fleet stays busy while work is queued.
+#[test]
+fn reservations_without_estimates_do_not_stall_admission() {
+    let mut f = one(4);
+    f.tuning.reservation_after_seconds = 600;
+    let mut n = 0;
+    let mut feed = |f: &mut Fleet, k: usize| {
+        for _ in 0..k {
+            n += 1;
+            let uid = format!("s{n}");
+            // A heavy tail, as in real traces: one job in ten runs for eight hours.
+            let runtime = if n % 10 == 0 {
+                8 * 3600
+            } else {
+                1200 + 300 * (n % 5) as i64
+            };
+            f.true_runtime.insert(uid.clone(), runtime);
+            f.submit(workload(&uid, "q", "normal", "H100", 1, 1 + (n % 2) as u32));
+        }
+    };
+    feed(&mut f, 40);
+    let mut busy = 0u64;
+    let mut samples = 0u64;
+    for c in 0..360 {
+        f.advance(60);
+        feed(&mut f, 2);
+        if c % 30 == 0 {
+            let uid = format!("gang{c}");
+            f.true_runtime.insert(uid.clone(), 1800);
+            f.submit(workload(&uid, "q", "normal", "H100", 2, 8));
+        }
+        f.cycle();
+        if c >= 60 {
+            busy += u64::from(used_gpus(&f));
+            samples += 32;
+        }
+    }
+    let utilization = busy as f64 / samples as f64;
+    assert!(
+        utilization > 0.85,
+        "the fleet idled with work queued: utilization {utilization:.2}"
+    );
+    assert!(f.pending.len() > 10, "the fleet was contended throughout");
+}
+
+/// A queue's guarantee lent to small jobs comes back as whole nodes: the borrowed nodes are
+/// full of 1-GPU work whose cheapest victims are spread over every node, so evicting the
+/// cheapest first never frees a node; grouped by node (members report them), four nodes are
+/// emptied and the guaranteed 4-node gang starts within the grace period and a few cycles.
+#[test]
+fn guarantee_comes_back_as_whole_nodes_for_a_gang() {
+    let run = |hide_nodes: bool| {
+        let mut f = one(8);
+        f.hide_nodes = hide_nodes;
+        // The default budget, smaller than the 32 victims: a plan larger than a whole
+        // window's budget runs in a window with nothing else evicted.
+        f.budget = tideway_scheduler::input::PreemptionBudget::per_minute(10);
+        f.queues = vec![
+            queue("a", Some("c"), &[("H100", 32)]),
+            queue("b", Some("c"), &[("H100", 32)]),
+        ];
+        // b fills all 64 GPUs (32 borrowed from a), node by node; the most recently started
+        // (least work lost, cheapest) job of every node is one of the first eight.
+        for i in 0..64i64 {
+            let started = f.now - Duration::seconds(((i % 8) * 8 + i / 8 + 1) * 600);
+            f.start_on(
+                workload(&format!("b{i}"), "b", "normal", "H100", 1, 1),
+                "c1",
+                Some(started),
+            );
+        }
+        f.submit(workload("gang", "a", "normal", "H100", 4, 8));
+        for c in 0..6 {
+            let out = f.cycle();
+            if matches!(Fleet::decision(&out, "gang"), Decision::Assign { .. }) {
+                return Some(c);
+            }
+            f.advance(60);
+        }
+        None
+    };
+    let started = run(false).expect("the gang started");
+    assert!(started <= 2, "started at cycle {started}");
+    // Without node reports the freed GPUs look like 1-GPU nodes and the gang stays put.
+    assert_eq!(run(true), None);
+}
+
+/// Shortest-expected-first (QSSF) takes the least expected GPU-time first among equals;
+/// FIFO takes the first submitted.
+#[test]
+fn shortest_expected_first_orders_equals_by_expected_gpu_time() {
+    let first = |order: tideway_scheduler::input::QueueOrder| {
+        let mut f = one(1);
+        f.tuning.order = order;
+        f.submit(with_runtime(
+            workload("long", "q", "normal", "H100", 1, 8),
+            36_000,
+        ));
+        f.submit(with_runtime(
+            workload("short", "q", "normal", "H100", 1, 8),
+            600,
+        ));
+        let mut limited = workload("limited", "q", "normal", "H100", 1, 8);
+        limited.spec.runtime_limit_seconds = Some(3_600);
+        f.submit(limited);
+        let out = f.cycle();
+        out.decisions
+            .iter()
+            .find(|d| matches!(d, Decision::Assign { .. }))
+            .map(|d| d.uid().to_owned())
+    };
+    use tideway_scheduler::input::QueueOrder;
+    assert_eq!(first(QueueOrder::Fifo).as_deref(), Some("long"));
+    assert_eq!(
+        first(QueueOrder::ShortestExpectedFirst).as_deref(),
+        Some("short")
     );
 }

@@ -82,6 +82,15 @@ pub struct Fleet {
     /// uid -> cluster of every assignment ever made.
     pub assigned: BTreeMap<String, String>,
     pub finished: Vec<String>,
+    /// True run times by uid, for workloads whose estimate is not the truth (or is missing);
+    /// others run for their `runtimeEstimateSeconds`, or forever without one.
+    pub true_runtime: BTreeMap<String, i64>,
+    /// Members do not report the nodes of running work (the scheduler then models freed
+    /// GPUs pod by pod).
+    pub hide_nodes: bool,
+    /// First submission and completion of every workload, for completion times.
+    pub submitted_at: BTreeMap<String, DateTime<Utc>>,
+    pub completed_at: BTreeMap<String, DateTime<Utc>>,
 }
 
 /// A cluster with one pool of `flavor`: `racks` racks of `nodes` nodes of `gpus` GPUs, racks
@@ -278,10 +287,17 @@ impl Fleet {
             seed: 7,
             assigned: BTreeMap::new(),
             finished: Vec::new(),
+            true_runtime: BTreeMap::new(),
+            hide_nodes: false,
+            submitted_at: BTreeMap::new(),
+            completed_at: BTreeMap::new(),
         }
     }
 
     pub fn submit(&mut self, w: Workload) {
+        self.submitted_at
+            .entry(uid_of(&w).to_owned())
+            .or_insert(self.now);
         self.seq += 1;
         self.pending.push(PendingWorkload {
             workload: w,
@@ -310,11 +326,35 @@ impl Fleet {
                 })
                 .collect(),
             pending: self.pending.clone(),
-            running: self.running.iter().map(|r| r.rw.clone()).collect(),
+            running: self.running.iter().map(|r| self.reported(r)).collect(),
             reservations: self.reservations.clone(),
             preemption_budget: self.budget,
             quota_overrides: self.overrides.clone(),
         }
+    }
+
+    /// A running workload as its member reports it: with the nodes its pods occupy, unless
+    /// `hide_nodes` (a member that does not say).
+    fn reported(&self, r: &Running) -> RunningWorkload {
+        let mut rw = r.rw.clone();
+        if self.hide_nodes {
+            return rw;
+        }
+        let mut nodes: BTreeMap<String, u32> = BTreeMap::new();
+        for (pi, ri, ni, g) in &r.slots {
+            *nodes
+                .entry(format!(
+                    "{}-p{pi}-r{ri}-n{ni}",
+                    self.clusters[r.cluster].name
+                ))
+                .or_insert(0) += g;
+        }
+        let status = rw.workload.status.get_or_insert_with(Default::default);
+        status.nodes = nodes
+            .into_iter()
+            .map(|(node, gpus)| tideway_api::NodeGpus { node, gpus })
+            .collect();
+        rw
     }
 
     /// Puts a workload straight onto `cluster` as running since `started` (None: admitted
@@ -334,10 +374,9 @@ impl Fleet {
         let slots = self
             .place(ci, &placement, w.spec.topology)
             .unwrap_or_else(|e| panic!("start_on {}: {e}", uid_of(&w)));
-        let ends_at = w
-            .spec
-            .runtime_estimate_seconds
-            .map(|s| started.unwrap_or(self.now) + Duration::seconds(s as i64));
+        let ends_at = self
+            .runtime_of(&w)
+            .map(|s| started.unwrap_or(self.now) + Duration::seconds(s));
         self.running.push(Running {
             rw: RunningWorkload {
                 cluster: cluster.into(),
@@ -475,10 +514,7 @@ impl Fleet {
                                 .unwrap_or_else(|e| panic!("{uid} on {cluster}: {e}")),
                         );
                     }
-                    let ends_at = w
-                        .spec
-                        .runtime_estimate_seconds
-                        .map(|s| self.now + Duration::seconds(s as i64));
+                    let ends_at = self.runtime_of(&w).map(|s| self.now + Duration::seconds(s));
                     self.assigned.insert(uid.clone(), cluster.clone());
                     self.running.push(Running {
                         rw: RunningWorkload {
@@ -556,9 +592,20 @@ impl Fleet {
                     seq: self.seq,
                 });
             } else {
-                self.finished.push(uid_of(&r.rw.workload).to_owned());
+                let uid = uid_of(&r.rw.workload).to_owned();
+                self.completed_at.insert(uid.clone(), now);
+                self.finished.push(uid);
             }
         }
+    }
+
+    /// How long `w` really runs: its true run time if one was given, else its estimate.
+    pub fn runtime_of(&self, w: &Workload) -> Option<i64> {
+        self.true_runtime.get(uid_of(w)).copied().or_else(|| {
+            w.spec
+                .runtime_estimate_seconds
+                .and_then(|s| i64::try_from(s).ok())
+        })
     }
 
     pub fn decision<'o>(out: &'o SchedulerOutput, uid: &str) -> &'o Decision {

@@ -16,7 +16,7 @@
 
 use tideway_api::WorkloadClass;
 
-use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
+use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec};
 use crate::error::SimulateError;
 use crate::time::Secs;
 
@@ -61,14 +61,12 @@ pub fn read(
     let limit: Option<usize> = spec.number("limit")?;
 
     let mut report = TraceReport::new(spec);
-    let mut lines = data_lines(text);
-    let Some((_, header)) = lines.next() else {
+    let Some((header, lines)) = Header::read(text) else {
         return Err(SimulateError::Trace {
             path: spec.path.clone(),
             reason: "empty file (no header)".into(),
         });
     };
-    let header = Header::parse(header);
     let [c_sn, c_app, c_gpu, c_created, c_deleted] = header.require(
         [
             "instance_sn",
@@ -85,7 +83,7 @@ pub fn read(
     let (mut first, mut last): (Option<Secs>, Option<Secs>) = (None, None);
     for (line, row) in lines {
         report.rows += 1;
-        let Some(cols) = header.split(row, line, &mut report) else {
+        let Some(cols) = header.split(&row, line, &mut report) else {
             continue;
         };
         let time = |c: usize| -> Result<Option<Secs>, String> {

@@ -389,20 +389,49 @@ pub fn finish(
     Ok((jobs, report))
 }
 
-/// A CSV header: column name -> index. Traces are plain CSV without quoting.
+/// A CSV trace's header (column name -> index) and its data rows, read with the `csv`
+/// crate: quoted fields (a comma or a newline inside quotes) are one field, and fields are
+/// trimmed.
 pub struct Header {
     names: Vec<String>,
 }
 
+/// A data row: its 1-based line number (counting the header; where the record starts, so a
+/// blank line just before it counts as its first) and its fields.
+pub type Row = (u64, csv::StringRecord);
+
 impl Header {
-    pub fn parse(line: &str) -> Self {
-        Self {
-            names: line
-                .trim_start_matches('\u{feff}')
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .collect(),
-        }
+    /// The header and the data rows of `text`; `None` for a file without a header. Blank
+    /// lines (a trailing newline) are not rows.
+    pub fn read(text: &str) -> Option<(Self, impl Iterator<Item = Row> + '_)> {
+        let mut records = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes())
+            .into_records()
+            .filter_map(|r| {
+                // The text is UTF-8 and rows may have any length: reading cannot fail.
+                let r = r.ok()?;
+                let line = r.position().map_or(0, |p| p.line());
+                // A whitespace-only line, trimmed: one empty field.
+                let blank = r.len() == 1 && r.get(0).is_some_and(str::is_empty);
+                (!blank).then_some((line, r))
+            });
+        let (_, first) = records.next()?;
+        let names = first
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let n = if i == 0 {
+                    n.trim_start_matches('\u{feff}')
+                } else {
+                    n
+                };
+                n.to_owned()
+            })
+            .collect();
+        Some((Self { names }, records))
     }
 
     pub fn len(&self) -> usize {
@@ -417,20 +446,19 @@ impl Header {
     /// does not match the header's.
     pub fn split<'r>(
         &self,
-        row: &'r str,
+        row: &'r csv::StringRecord,
         line: u64,
         report: &mut TraceReport,
     ) -> Option<Vec<&'r str>> {
-        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
-        if cols.len() != self.len() {
+        if row.len() != self.len() {
             report.bad(
                 line,
                 "wrong column count",
-                format!("{} columns, header has {}", cols.len(), self.len()),
+                format!("{} columns, header has {}", row.len(), self.len()),
             );
             return None;
         }
-        Some(cols)
+        Some(row.iter().collect())
     }
 
     /// Index of each required column, or an error naming the missing ones.
@@ -462,7 +490,8 @@ impl Header {
     }
 }
 
-/// Data lines with their 1-based line numbers; blank lines (a trailing newline) are not rows.
+/// Lines with their 1-based line numbers, for line-oriented formats (JSON lines); blank
+/// lines (a trailing newline) are not rows.
 pub fn data_lines(text: &str) -> impl Iterator<Item = (u64, &str)> {
     text.lines()
         .enumerate()
@@ -500,5 +529,25 @@ mod tests {
             .narrow(Some(5), Some(15));
         assert_eq!((w.from, w.to), (Some(10), Some(15)));
         assert!(w.contains(10) && !w.contains(15));
+    }
+
+    #[test]
+    fn quoted_fields_stay_whole() {
+        let text = "\u{feff}a, b\n1,\"x, y\"\n2,\"multi\nline\"\n3\n  \n";
+        let (h, rows) = Header::read(text).unwrap();
+        assert_eq!(h.len(), 2);
+        let mut report = TraceReport::default();
+        let rows: Vec<_> = rows.collect();
+        let lines: Vec<u64> = rows.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [2, 3, 5], "a record's first line");
+        assert_eq!(h.split(&rows[0].1, 2, &mut report), Some(vec!["1", "x, y"]));
+        assert_eq!(
+            h.split(&rows[1].1, 3, &mut report),
+            Some(vec!["2", "multi\nline"])
+        );
+        assert_eq!(h.split(&rows[2].1, 5, &mut report), None);
+        assert_eq!(report.bad_rows.count, 1);
+        assert!(h.require(["a", "b"], Path::new("t")).is_ok());
+        assert!(Header::read("").is_none());
     }
 }

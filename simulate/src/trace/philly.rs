@@ -15,7 +15,7 @@
 use tideway_api::WorkloadClass;
 use tideway_api::workload::MAX_POD_COUNT;
 
-use super::{Job, ReadContext, Shape, TraceReport, TraceSpec, data_lines};
+use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec};
 use crate::error::SimulateError;
 use crate::time::parse_time;
 
@@ -38,21 +38,19 @@ pub fn read(
     let limit: Option<usize> = spec.number("limit")?;
 
     let mut report = TraceReport::new(spec);
-    let mut lines = data_lines(text);
-    let Some((_, header)) = lines.next() else {
+    let Some((header, lines)) = Header::read(text) else {
         return Err(SimulateError::Trace {
             path: spec.path.clone(),
             reason: "empty file (no header)".into(),
         });
     };
-    let header = super::Header::parse(header);
     let [c_ts, c_dur, c_gpus, c_vc] =
         header.require(["timestamp", "duration", "num_gpus", "cluster"], &spec.path)?;
 
     let mut jobs = Vec::new();
     for (line, row) in lines {
         report.rows += 1;
-        let Some(cols) = header.split(row, line, &mut report) else {
+        let Some(cols) = header.split(&row, line, &mut report) else {
             continue;
         };
         let vc = cols[c_vc];

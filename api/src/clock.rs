@@ -1,42 +1,66 @@
-//! Where the simulated cluster's "now" comes from.
+//! The one place Tideway reads the time.
 //!
-//! `SimCluster` itself never reads a clock: every call that depends on time takes `now`. The
-//! backend asks a [`Clock`] for it, so the same cluster runs in real time (`tideway dev`),
-//! faster than real time (demos that show a day of tidal windows in minutes) or on time
-//! advanced by hand (tests and the trace simulator, which jump from event to event).
+//! Everything that stamps a record or waits out a timeout asks an injected [`Clock`]: the
+//! federation's handlers and leader loops, liveness, and both agent backends. Tests and the
+//! simulator move time by hand ([`ManualClock`]); `tideway dev` runs its whole fleet, the
+//! federation included, on one [`ScaledClock`], so every time on the wire is on the same
+//! clock. A lint (`clippy.toml`, `disallowed-methods`) keeps `Utc::now`, `Instant::now` and
+//! `SystemTime::now` inside this module.
+#![allow(clippy::disallowed_methods)]
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+/// Why a clock could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClockError {
+    /// A `ScaledClock` factor that is zero, negative, NaN or infinite.
     #[error("speed-up factor must be finite and positive (got {0})")]
     InvalidFactor(f64),
 }
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// Calendar time: what records are stamped with and what crosses the wire.
     fn now(&self) -> DateTime<Utc>;
+    /// Monotonic time, for timeouts and durations measured on this machine.
+    fn instant(&self) -> Instant;
 }
+
+/// A clock shared by the parts of a process.
+pub type SharedClock = Arc<dyn Clock>;
 
 /// The wall clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealClock;
 
+impl RealClock {
+    /// The wall clock, shareable.
+    pub fn shared() -> SharedClock {
+        Arc::new(RealClock)
+    }
+}
+
 impl Clock for RealClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
     }
+
+    fn instant(&self) -> Instant {
+        Instant::now()
+    }
 }
 
-/// Virtual time that starts at `start` and runs `factor` times faster than its base clock
-/// (the wall clock unless given another, which makes it testable).
+/// Virtual calendar time that starts at `start` and runs `factor` times faster than its base
+/// clock (the wall clock unless given another, which makes it testable). Only calendar time is
+/// scaled: [`Clock::instant`] is the base's, so protocol timers (heartbeats, request
+/// timeouts) keep their real lengths.
 #[derive(Debug, Clone)]
 pub struct ScaledClock {
-    base: Arc<dyn Clock>,
+    base: SharedClock,
     base_start: DateTime<Utc>,
     start: DateTime<Utc>,
     factor: f64,
@@ -49,11 +73,7 @@ impl ScaledClock {
     }
 
     /// Like [`ScaledClock::new`], scaling `base` instead of the wall clock.
-    pub fn over(
-        base: Arc<dyn Clock>,
-        start: DateTime<Utc>,
-        factor: f64,
-    ) -> Result<Self, ClockError> {
+    pub fn over(base: SharedClock, start: DateTime<Utc>, factor: f64) -> Result<Self, ClockError> {
         if !factor.is_finite() || factor <= 0.0 {
             return Err(ClockError::InvalidFactor(factor));
         }
@@ -65,6 +85,7 @@ impl ScaledClock {
         })
     }
 
+    /// How many virtual seconds pass per real second.
     pub fn factor(&self) -> f64 {
         self.factor
     }
@@ -86,21 +107,31 @@ impl Clock for ScaledClock {
                 DateTime::<Utc>::MAX_UTC
             })
     }
+
+    fn instant(&self) -> Instant {
+        self.base.instant()
+    }
 }
 
-/// Time that moves only when told to.
+/// Time that moves only when told to; its monotonic time moves with it.
 #[derive(Debug)]
 pub struct ManualClock {
+    start: DateTime<Utc>,
+    origin: Instant,
     now: Mutex<DateTime<Utc>>,
 }
 
 impl ManualClock {
+    /// Time stands at `start` until set or advanced.
     pub fn new(start: DateTime<Utc>) -> Self {
         Self {
+            start,
+            origin: Instant::now(),
             now: Mutex::new(start),
         }
     }
 
+    /// Jumps to `now`, backwards too; monotonic time never goes back before the start.
     pub fn set(&self, now: DateTime<Utc>) {
         *self.now.lock().unwrap_or_else(PoisonError::into_inner) = now;
     }
@@ -122,6 +153,13 @@ impl Clock for ManualClock {
         // A plain copy cannot leave the value half-written, so a poisoned lock is still valid.
         *self.now.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn instant(&self) -> Instant {
+        // Time set back before the start stays at the start: instants never go backwards
+        // past it.
+        let since = (self.now() - self.start).to_std().unwrap_or_default();
+        self.origin.checked_add(since).unwrap_or(self.origin)
+    }
 }
 
 #[cfg(test)]
@@ -137,12 +175,14 @@ mod tests {
     #[test]
     fn manual_clock_moves_only_when_told() {
         let c = ManualClock::new(t0());
+        let i0 = c.instant();
         assert_eq!(c.now(), t0());
         assert_eq!(
             c.advance(Duration::from_secs(90)),
             t0() + TimeDelta::seconds(90)
         );
         assert_eq!(c.now(), t0() + TimeDelta::seconds(90));
+        assert_eq!(c.instant() - i0, Duration::from_secs(90));
         c.set(t0());
         assert_eq!(c.now(), t0());
         assert_eq!(c.advance(Duration::MAX), DateTime::<Utc>::MAX_UTC);
@@ -154,8 +194,11 @@ mod tests {
         let start = t0() + TimeDelta::days(10);
         let c = ScaledClock::over(base.clone(), start, 60.0).unwrap();
         assert_eq!(c.now(), start);
+        let i0 = c.instant();
         base.advance(Duration::from_secs(60));
         assert_eq!(c.now(), start + TimeDelta::hours(1));
+        // Timers keep real lengths.
+        assert_eq!(c.instant() - i0, Duration::from_secs(60));
         base.advance(Duration::from_millis(500));
         assert_eq!(
             c.now(),

@@ -1,5 +1,8 @@
-//! Real `tideway server` processes on loopback: the harness of the end-to-end tests and of
-//! `tideway bench`. Nodes can be stopped, killed with SIGKILL, restarted and partitioned.
+//! `tideway-testkit`: real `tideway server` and `tideway agent` processes on loopback, the
+//! harness of the end-to-end tests. Nodes can be stopped, killed with SIGKILL, restarted and
+//! partitioned. Test support only: an unpublished workspace crate, a dev-dependency of the
+//! root package, so none of it ships in the `tideway` binary.
+#![allow(clippy::disallowed_methods)] // test harness: deadlines on the real wall clock
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

@@ -1,0 +1,159 @@
+//! The small launcher of `tideway bench`: a few `tideway server` processes of this binary on
+//! loopback, in a temporary directory removed when the launcher is dropped. The tests have a
+//! fuller harness (restarts, partitions, agents) in `tideway-testkit`; the shipped binary only
+//! needs to start, find the leader, and kill it.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tempfile::TempDir;
+use tideway_api::client::Client;
+use tideway_api::clock::{Clock, RealClock};
+use tideway_api::cluster::NodeStatus;
+
+struct Server {
+    addr: String,
+    child: Option<Child>,
+}
+
+/// Federation nodes started by the bench; killed and their data removed on drop.
+pub struct Launcher {
+    servers: BTreeMap<u64, Server>,
+    dir: TempDir,
+}
+
+/// A free loopback port (bound, then released for the child to take).
+fn free_addr() -> anyhow::Result<String> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.to_string())
+}
+
+impl Launcher {
+    /// Starts `n` nodes (node 1 bootstraps, the others join through it) and waits until the
+    /// leader counts `n` voters.
+    pub async fn start(n: u64) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("tideway-bench-")
+            .tempdir()?;
+        eprintln!(
+            "starting {n} federation nodes under {}",
+            dir.path().display()
+        );
+        let mut l = Self {
+            servers: BTreeMap::new(),
+            dir,
+        };
+        for id in 1..=n {
+            let join = (id > 1).then(|| l.servers[&1].addr.clone());
+            l.spawn(id, join.as_deref())?;
+        }
+        let deadline = RealClock.instant() + Duration::from_secs(60);
+        loop {
+            if let Ok(leader) = l.leader().await
+                && let Ok(s) = l.status(leader).await
+                && s.voters.len() == n as usize
+            {
+                return Ok(l);
+            }
+            if RealClock.instant() > deadline {
+                bail!("the cluster did not reach {n} voters within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn spawn(&mut self, id: u64, join: Option<&str>) -> anyhow::Result<()> {
+        let bin = std::env::current_exe()?;
+        let addr = free_addr()?;
+        let data = self.dir.path().join(format!("node-{id}"));
+        let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log")))?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("server")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &addr])
+            .arg("--data")
+            .arg(&data)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(j) = join {
+            cmd.args(["--join", j]);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("spawning {}", bin.display()))?;
+        self.servers.insert(
+            id,
+            Server {
+                addr,
+                child: Some(child),
+            },
+        );
+        Ok(())
+    }
+
+    /// Every node's address.
+    pub fn addrs(&self) -> Vec<String> {
+        self.servers.values().map(|s| s.addr.clone()).collect()
+    }
+
+    /// One node's own status.
+    pub async fn status(&self, id: u64) -> anyhow::Result<NodeStatus> {
+        let s = self.servers.get(&id).context("no such node")?;
+        Ok(Client::new(&s.addr)?.cluster_status().await?)
+    }
+
+    /// The leader a running node names (and that is itself running).
+    async fn leader(&self) -> anyhow::Result<u64> {
+        for (id, s) in &self.servers {
+            if s.child.is_none() {
+                continue;
+            }
+            if let Ok(st) = self.status(*id).await
+                && let Some(l) = st.leader
+                && self.servers.get(&l).is_some_and(|s| s.child.is_some())
+            {
+                return Ok(l);
+            }
+        }
+        bail!("no running node knows a running leader")
+    }
+
+    /// Waits for a leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let deadline = RealClock.instant() + timeout;
+        loop {
+            if let Ok(l) = self.leader().await {
+                return Ok(l);
+            }
+            if RealClock.instant() > deadline {
+                bail!("no leader within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILL: no chance to flush or say goodbye.
+    pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
+        let s = self.servers.get_mut(&id).context("no such node")?;
+        if let Some(mut c) = s.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        for s in self.servers.values_mut() {
+            if let Some(mut c) = s.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
