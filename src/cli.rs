@@ -142,6 +142,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
+    /// Tidal quota schedules.
+    Schedule {
+        #[command(subcommand)]
+        cmd: ScheduleCmd,
+    },
     /// Replay workload traces against a simulated fleet and a policy, on a virtual clock.
     Simulate(crate::simulate_cmd::SimulateArgs),
     /// Benchmarks that start their own processes.
@@ -179,7 +184,22 @@ pub enum MemberCmd {
     },
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Debug, clap::Subcommand)]
+pub enum ScheduleCmd {
+    /// The current window, the next transition, and the quota per pool or queue hour by hour.
+    Show {
+        name: String,
+        /// How many hours of timeline (a week by default).
+        #[arg(long, default_value_t = 168)]
+        hours: u32,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
 pub enum ClusterCmd {
     /// Leader, term, members, and each member's last applied index.
     Status {
@@ -398,6 +418,20 @@ impl Cli {
             }
             Cmd::Member { cmd } => member(cmd).await,
             Cmd::Cluster { cmd } => cluster(cmd).await,
+            Cmd::Schedule {
+                cmd:
+                    ScheduleCmd::Show {
+                        name,
+                        hours,
+                        output,
+                        target,
+                    },
+            } => {
+                let v = Client::new(&target.addr)?
+                    .schedule_timeline(&name, hours)
+                    .await?;
+                output::print_schedule(&v, output)
+            }
             Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,
         }
@@ -512,6 +546,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             stop.clone(),
         )));
     }
+    apply_dev_schedule(&node.addr).await;
     println!("Tideway dev: a one-node federation and three simulated member clusters");
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
@@ -527,6 +562,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
         node.addr
     );
     println!("     tideway capacity --addr {}", node.addr);
+    println!("     tideway schedule show day-night --addr {}", node.addr);
     wait_for_signal().await;
     let _ = stop_tx.send(true);
     for a in agents {
@@ -534,6 +570,26 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     }
     node.shutdown().await;
     Ok(())
+}
+
+/// The day/night schedule `tideway dev` starts with.
+const DEV_SCHEDULE: &str = include_str!("../deploy/dev/day-night.yaml");
+
+/// Applies the dev schedule once the one-node federation has elected itself.
+async fn apply_dev_schedule(addr: &str) {
+    let Ok(client) = Client::new(addr) else {
+        return;
+    };
+    for _ in 0..50 {
+        match client
+            .apply_raw(DEV_SCHEDULE.as_bytes().to_vec(), true)
+            .await
+        {
+            Ok(_) => return,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
+    tracing::warn!("could not apply the dev day/night schedule");
 }
 
 async fn wait_for_signal() {

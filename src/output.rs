@@ -362,6 +362,47 @@ pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tideway schedule show`: where the schedule stands, then one row per hour.
+pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    let or_default = |w: &Option<String>| w.clone().unwrap_or_else(|| "(default)".to_owned());
+    println!("schedule:        {} ({})", v.schedule, v.time_zone);
+    println!("current window:  {}", or_default(&v.status.active_window));
+    if let Some(at) = v.status.last_transition_at {
+        println!("since:           {}", at.to_rfc3339());
+    }
+    match v.status.next_transition_at {
+        Some(at) => println!(
+            "next transition: {} -> {}",
+            at.to_rfc3339(),
+            or_default(&v.next_window)
+        ),
+        None => println!("next transition: none within a week"),
+    }
+    println!();
+    let rows = v
+        .hours
+        .iter()
+        .map(|h| {
+            let quotas: Vec<String> = h
+                .quotas
+                .iter()
+                .map(|q| format!("{} {}={}", q.target, q.flavor, q.gpus))
+                .collect();
+            let quotas = if quotas.is_empty() {
+                "queues' own quotas".to_owned()
+            } else {
+                quotas.join("  ")
+            };
+            vec![h.local.clone(), or_default(&h.window), quotas]
+        })
+        .collect();
+    print!("{}", table(&["LOCAL HOUR", "WINDOW", "QUOTAS"], rows, &[]));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

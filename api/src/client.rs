@@ -367,6 +367,16 @@ impl Client {
         })
     }
 
+    /// `hours` hours of a quota schedule's timeline from now.
+    pub async fn schedule_timeline(
+        &self,
+        name: &str,
+        hours: u32,
+    ) -> Result<crate::ScheduleTimeline, ClientError> {
+        self.get_json(&format!("/v1/schedules/{name}/timeline?hours={hours}"))
+            .await
+    }
+
     /// Every queue.
     pub async fn queues(&self) -> Result<QueueList, ClientError> {
         self.get_json("/v1/queues").await

@@ -174,6 +174,15 @@ pub enum Unblock {
         /// What is undefined.
         problem: String,
     },
+    /// Its side of the fleet loses quota at `boundary` (a tidal window closes) and its
+    /// runtime estimate would outlast it: it starts once the boundary has passed, or at
+    /// once if it can checkpoint.
+    WindowClosing {
+        /// When the window closes and the side's quota drops.
+        boundary: DateTime<Utc>,
+        /// The runtime estimate that would outlast it.
+        estimate_seconds: u64,
+    },
 }
 
 impl fmt::Display for Unblock {
@@ -250,6 +259,15 @@ impl fmt::Display for Unblock {
             ),
             Self::NextCycle => f.write_str("the next scheduling cycle will consider it"),
             Self::FixWorkload { problem } => write!(f, "fix the workload: {problem}"),
+            Self::WindowClosing {
+                boundary,
+                estimate_seconds,
+            } => write!(
+                f,
+                "its quota window closes at {} and its estimate ({estimate_seconds} s) would \
+                 outlast it; it starts after the boundary, or now if it can checkpoint",
+                boundary.to_rfc3339()
+            ),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod client;
 pub mod clock;
 pub mod cluster;
+pub mod cron;
 pub mod decode;
 pub mod digest;
 pub mod explain;
@@ -47,7 +48,8 @@ pub use problem::Problem;
 pub use queue::{FlavorQuota, PreemptionScope, Queue, QueuePreemption, QueueSpec, QueueStatus};
 pub use quota_schedule::{
     DayOfWeek, QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus, QuotaTarget,
-    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, Transition, WindowQuota,
+    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
+    TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{

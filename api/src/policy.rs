@@ -327,6 +327,19 @@ mod tests {
         }
     }
 
+    /// The examples under `deploy/` are what users copy: they must apply as they are.
+    #[test]
+    fn tidal_examples_under_deploy_validate() {
+        let p: Policy =
+            decode_yaml(include_str!("../../deploy/policies/follow-the-sun.yaml").as_bytes())
+                .unwrap();
+        p.validate().unwrap();
+        assert_eq!(p.spec.quota_schedules.len(), 3);
+        let s: crate::QuotaSchedule =
+            decode_yaml(include_str!("../../deploy/dev/day-night.yaml").as_bytes()).unwrap();
+        s.validate().unwrap();
+    }
+
     #[test]
     fn empty_policy_is_valid() {
         let p = Policy::new("empty", PolicySpec::default());

@@ -7,11 +7,12 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
+use chrono::{DateTime, Datelike, NaiveDate, Utc, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::cron::{Cron, CronError};
 use crate::meta::{API_VERSION, ObjectMeta, impl_resource};
 use crate::queue::MAX_QUOTA_GPUS;
 use crate::validation::{CheckAt, Checker, at, impl_validate};
@@ -34,6 +35,12 @@ pub enum ScheduleError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A `cron` expression that does not parse.
+    #[error("bad cron expression: {0}")]
+    BadCron(String),
+    /// A cron window's `durationMinutes` out of range.
+    #[error("durationMinutes must be between 1 and {MAX_WINDOW_MINUTES} (got {0})")]
+    BadDuration(u32),
 }
 
 /// Tidal quotas: calendar windows that override queue or pool quotas at set times.
@@ -74,9 +81,12 @@ impl QuotaSchedule {
 pub struct QuotaScheduleSpec {
     /// IANA name such as "Europe/Berlin"; windows are in this zone's wall-clock time.
     pub time_zone: String,
-    /// The first window containing an instant wins; outside every window the queues' own
-    /// quotas apply.
+    /// Windows may not overlap; between them `defaultQuotas` applies.
     pub windows: Vec<QuotaWindow>,
+    /// Quotas between windows. Unset means the windows must cover all time; an empty list
+    /// means the queues' own quotas apply between windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_quotas: Option<Vec<WindowQuota>>,
     /// How boundaries are crossed; defaults if left out (see [`Transition`]).
     #[serde(default)]
     pub transition: Transition,
@@ -92,18 +102,100 @@ impl QuotaScheduleSpec {
             .map_err(|_| ScheduleError::UnknownTimeZone(self.time_zone.clone()))
     }
 
-    /// The window in force at `at`, if any.
-    pub fn active_window(&self, at: DateTime<Utc>) -> Result<Option<&QuotaWindow>, ScheduleError> {
-        let local = at.with_timezone(&self.tz()?);
-        let minute = u16::try_from(local.hour() * 60 + local.minute()).unwrap_or(0);
-        let day = local.weekday();
-        for window in &self.windows {
-            if window.contains(day, minute)? {
-                return Ok(Some(window));
+    /// The quotas in force at `at`: the active window's, else `defaultQuotas`.
+    pub fn quotas_of(&self, window: Option<&str>) -> Option<&[WindowQuota]> {
+        match window {
+            Some(name) => self
+                .windows
+                .iter()
+                .find(|w| w.name == name)
+                .map(|w| w.quotas.as_slice()),
+            None => self.default_quotas.as_deref(),
+        }
+    }
+
+    /// Checks that the windows tile local time: no two open at once, and no local minute
+    /// without a window unless `defaultQuotas` covers it. Checked minute by minute over a
+    /// whole leap year of local calendar days, so cron windows (days of the month, months,
+    /// leap days) are checked as well as weekly ones. Reports the first problem, naming
+    /// the windows at fault.
+    fn check_tiling(&self, p: &str, c: &mut Checker) {
+        // 2028 is a leap year; windows opening in the week before it may reach into it.
+        let (Some(first), Some(year_start)) = (
+            NaiveDate::from_ymd_opt(2027, 12, 24),
+            NaiveDate::from_ymd_opt(2028, 1, 1),
+        ) else {
+            return;
+        };
+        let year_minutes: usize = 366 * usize::from(MINUTES_PER_DAY);
+        let offset = (year_start - first).num_days() as usize * usize::from(MINUTES_PER_DAY);
+        const FREE: u16 = u16::MAX;
+        let mut owner = vec![FREE; year_minutes];
+        for (i, w) in self.windows.iter().enumerate() {
+            let mut date = first;
+            while date.year() < 2029 {
+                let Ok(openings) = w.openings(date) else {
+                    return;
+                };
+                let day_start = (date - first).num_days() as usize * usize::from(MINUTES_PER_DAY);
+                for (m, len) in openings {
+                    let from = day_start + usize::from(m);
+                    for abs in from..from + len as usize {
+                        let Some(slot) = abs.checked_sub(offset).and_then(|k| owner.get_mut(k))
+                        else {
+                            continue;
+                        };
+                        if *slot != FREE && usize::from(*slot) != i {
+                            let other = &self.windows[usize::from(*slot)].name;
+                            c.push(
+                                format!("{}[{i}]", at(p, "windows")),
+                                format!(
+                                    "window {:?} overlaps window {other:?} at {} local time",
+                                    w.name,
+                                    describe_minute(year_start, abs - offset)
+                                ),
+                            );
+                            return;
+                        }
+                        *slot = i as u16;
+                    }
+                }
+                let Some(next) = date.succ_opt() else { return };
+                date = next;
             }
         }
-        Ok(None)
+        if self.default_quotas.is_some() {
+            return;
+        }
+        if let Some(gap) = owner.iter().position(|o| *o == FREE) {
+            let before = (0..year_minutes)
+                .map(|k| (gap + year_minutes - 1 - k) % year_minutes)
+                .find_map(|k| (owner[k] != FREE).then_some(usize::from(owner[k])));
+            let (field, reason) = match before {
+                Some(i) => (
+                    format!("{}[{i}].end", at(p, "windows")),
+                    format!(
+                        "no window is open after window {:?} ends, from {} local time; \
+                         add a window there or set spec.defaultQuotas",
+                        self.windows[i].name,
+                        describe_minute(year_start, gap)
+                    ),
+                ),
+                None => (
+                    at(p, "windows"),
+                    "no window is ever open; add a window or set spec.defaultQuotas".to_owned(),
+                ),
+            };
+            c.push(field, reason);
+        }
     }
+}
+
+/// "Sat 2028-01-01 08:00" for the `minute`-th minute after `start`'s midnight.
+fn describe_minute(start: NaiveDate, minute: usize) -> String {
+    let day = start + chrono::Days::new((minute / usize::from(MINUTES_PER_DAY)) as u64);
+    let m = minute % usize::from(MINUTES_PER_DAY);
+    format!("{} {} {:02}:{:02}", day.weekday(), day, m / 60, m % 60)
 }
 
 /// A recurring local-time window and the quotas that hold during it.
@@ -117,22 +209,52 @@ pub struct QuotaWindow {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub days: Vec<DayOfWeek>,
     /// "HH:MM", local time, inclusive.
-    pub start: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
     /// "HH:MM" (or "24:00"), local time, exclusive; earlier than `start` crosses midnight.
-    pub end: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+    /// Instead of `days`/`start`/`end`: a 5-field cron expression (local time) at which the
+    /// window opens, for `durationMinutes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// How long a cron window stays open, in minutes (at most a week).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_minutes: Option<u32>,
     /// The quotas in force while the window is active.
     pub quotas: Vec<WindowQuota>,
 }
 
+/// A cron window lasts at most a week, so the engine only ever looks a week back.
+pub const MAX_WINDOW_MINUTES: u32 = 7 * 24 * 60;
+
 impl QuotaWindow {
+    /// A window open every day (or on `days`) from `start` to `end`.
+    pub fn daily(
+        name: impl Into<String>,
+        start: &str,
+        end: &str,
+        quotas: Vec<WindowQuota>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            days: Vec::new(),
+            start: Some(start.to_owned()),
+            end: Some(end.to_owned()),
+            cron: None,
+            duration_minutes: None,
+            quotas,
+        }
+    }
+
     /// Minutes after local midnight.
     pub fn start_minute(&self) -> Result<u16, ScheduleError> {
-        parse_time_of_day(&self.start, false)
+        parse_time_of_day(self.start.as_deref().unwrap_or_default(), false)
     }
 
     /// Minutes after local midnight; 1440 for "24:00".
     pub fn end_minute(&self) -> Result<u16, ScheduleError> {
-        parse_time_of_day(&self.end, true)
+        parse_time_of_day(self.end.as_deref().unwrap_or_default(), true)
     }
 
     /// Whether `end` is earlier than `start`, so the window runs into the next day.
@@ -144,8 +266,12 @@ impl QuotaWindow {
         self.days.is_empty() || self.days.iter().any(|d| Weekday::from(*d) == day)
     }
 
-    /// Whether local `day` at `minute` after midnight falls in the window.
+    /// Whether local `day` at `minute` after midnight falls in a days-and-hours window
+    /// (always false for a cron window: use [`QuotaWindow::openings`]).
     pub fn contains(&self, day: Weekday, minute: u16) -> Result<bool, ScheduleError> {
+        if self.cron.is_some() {
+            return Ok(false);
+        }
         let (start, end) = (self.start_minute()?, self.end_minute()?);
         Ok(if start < end {
             self.opens_on(day) && (start..end).contains(&minute)
@@ -154,6 +280,33 @@ impl QuotaWindow {
         } else {
             false
         })
+    }
+
+    /// When the window opens on local `date`: (minute after midnight, length in minutes),
+    /// in order. Lengths may run past midnight (up to a week for cron windows).
+    pub fn openings(&self, date: NaiveDate) -> Result<Vec<(u16, u32)>, ScheduleError> {
+        if let Some(expr) = &self.cron {
+            let cron: Cron = expr
+                .parse()
+                .map_err(|e: CronError| ScheduleError::BadCron(e.to_string()))?;
+            let len = self.duration_minutes.unwrap_or(0);
+            if len == 0 || len > MAX_WINDOW_MINUTES {
+                return Err(ScheduleError::BadDuration(len));
+            }
+            return Ok(cron.minutes_of_day(date).map(|m| (m, len)).collect());
+        }
+        let (start, end) = (self.start_minute()?, self.end_minute()?);
+        if start == end || !self.opens_on(date.weekday()) {
+            return Ok(Vec::new());
+        }
+        let len = (u32::from(end) + u32::from(MINUTES_PER_DAY) - u32::from(start))
+            % u32::from(MINUTES_PER_DAY);
+        let len = if len == 0 {
+            u32::from(MINUTES_PER_DAY)
+        } else {
+            len
+        };
+        Ok(vec![(start, len)])
     }
 }
 
@@ -420,6 +573,72 @@ pub struct QuotaScheduleStatus {
     pub next_transition_at: Option<DateTime<Utc>>,
 }
 
+/// `GET /v1/schedules/{name}/timeline`: where a schedule stands and the quota it gives, hour
+/// by hour, for the dashboard and `tideway schedule show`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleTimeline {
+    /// The schedule's name.
+    pub schedule: String,
+    /// Its IANA time zone.
+    pub time_zone: String,
+    /// The recorded window (what the scheduler obeys), its last and next transitions.
+    pub status: QuotaScheduleStatus,
+    /// The window after the next transition (`None`: the default quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+    /// One entry per hour from now.
+    pub hours: Vec<TimelineHour>,
+    /// The latest recorded transitions of this schedule, oldest first.
+    #[serde(default)]
+    pub transitions: Vec<ScheduleTransition>,
+}
+
+/// One change of window as the replicated state recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleTransition {
+    /// The window left (`None`: the default quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The window entered (`None`: the default quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The window boundary.
+    pub at: DateTime<Utc>,
+    /// When the leader applied it (later than `at` after a failover).
+    pub applied_at: DateTime<Utc>,
+    /// The Raft log index of the entry.
+    pub index: u64,
+}
+
+/// One hour of a schedule's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineHour {
+    /// The hour's first instant.
+    pub start: DateTime<Utc>,
+    /// The same instant in the schedule's zone, e.g. "Mon 2025-03-03 08:00 CET".
+    pub local: String,
+    /// `None` between windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The quotas in force then; empty means the queues' own.
+    pub quotas: Vec<TimelineQuota>,
+}
+
+/// One quota in force, resolved to GPUs against the live capacity in scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineQuota {
+    /// "pool/inference" or "queue/research".
+    pub target: String,
+    /// The GPU model.
+    pub flavor: String,
+    /// The quota, in GPUs.
+    pub gpus: u64,
+}
+
 impl CheckAt for QuotaSchedule {
     fn check_at(&self, prefix: &str, c: &mut Checker) {
         c.header(
@@ -435,6 +654,7 @@ impl CheckAt for QuotaSchedule {
 
 impl CheckAt for QuotaScheduleSpec {
     fn check_at(&self, p: &str, c: &mut Checker) {
+        let problems_before = c.count();
         if let Err(e) = self.tz() {
             c.push(at(p, "timeZone"), e.to_string());
         }
@@ -450,6 +670,13 @@ impl CheckAt for QuotaScheduleSpec {
             "name",
             self.windows.iter().map(|w| w.name.as_str()),
         );
+        if let Some(d) = &self.default_quotas {
+            check_quotas(&at(p, "defaultQuotas"), d, c);
+        }
+        // Overlaps and gaps only mean something once every window reads.
+        if c.count() == problems_before {
+            self.check_tiling(p, c);
+        }
 
         let t = &self.transition;
         c.range(
@@ -487,60 +714,104 @@ impl CheckAt for QuotaWindow {
         c.name(at(p, "name"), &self.name);
         let days: Vec<String> = self.days.iter().map(|d| format!("{d:?}")).collect();
         c.unique(p, "days", "", days.iter().map(String::as_str));
-        let start = self.start_minute();
-        let end = self.end_minute();
-        if let Err(e) = &start {
-            c.push(at(p, "start"), e.to_string());
-        }
-        if let Err(e) = &end {
-            c.push(at(p, "end"), e.to_string());
-        }
-        if let (Ok(s), Ok(e)) = (start, end)
-            && s == e
-        {
-            c.push(at(p, "end"), "must differ from start");
+        match (&self.cron, &self.start, &self.end) {
+            (Some(expr), None, None) => {
+                if !self.days.is_empty() {
+                    c.push(at(p, "days"), "a cron window names its days in `cron`");
+                }
+                if let Err(e) = expr.parse::<Cron>() {
+                    c.push(at(p, "cron"), e.to_string());
+                }
+                match self.duration_minutes {
+                    None => c.push(at(p, "durationMinutes"), "a cron window needs a duration"),
+                    Some(d) => c.range(at(p, "durationMinutes"), d, 1, MAX_WINDOW_MINUTES),
+                }
+            }
+            (Some(_), _, _) => c.push(
+                at(p, "cron"),
+                "a window is either `cron` with `durationMinutes` or `start` and `end`, not both",
+            ),
+            (None, start, end) => {
+                if self.duration_minutes.is_some() {
+                    c.push(
+                        at(p, "durationMinutes"),
+                        "only a cron window has a duration",
+                    );
+                }
+                let start = start.as_ref().map(|_| self.start_minute());
+                let end = end.as_ref().map(|_| self.end_minute());
+                match &start {
+                    None => c.push(at(p, "start"), "required (or `cron`)"),
+                    Some(Err(e)) => c.push(at(p, "start"), e.to_string()),
+                    Some(Ok(_)) => {}
+                }
+                match &end {
+                    None => c.push(at(p, "end"), "required (or `cron`)"),
+                    Some(Err(e)) => c.push(at(p, "end"), e.to_string()),
+                    Some(Ok(_)) => {}
+                }
+                if let (Some(Ok(s)), Some(Ok(e))) = (start, end)
+                    && s == e
+                {
+                    c.push(at(p, "end"), "must differ from start");
+                }
+            }
         }
         if self.quotas.is_empty() {
             c.push(at(p, "quotas"), "must contain at least one quota");
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, q) in self.quotas.iter().enumerate() {
-            let qp = format!("{}[{i}]", at(p, "quotas"));
-            match &q.target {
-                QuotaTarget::Pool(n) => c.name(at(&qp, "pool"), n),
-                QuotaTarget::Queue(n) => c.name(at(&qp, "queue"), n),
-            }
-            if let Some(f) = &q.flavor {
-                c.identifier(at(&qp, "flavor"), f);
-            }
-            match q.amount {
-                QuotaAmount::Gpus(g) => c.range(at(&qp, "gpus"), g, 0, MAX_QUOTA_GPUS),
-                QuotaAmount::Share(s) => {
-                    if !(0.0..=1.0).contains(&s) {
-                        c.push(
-                            at(&qp, "share"),
-                            format!("must be between 0 and 1 (got {s})"),
-                        );
-                    }
+        check_quotas(&at(p, "quotas"), &self.quotas, c);
+    }
+}
+
+/// Pool targets name the side of the fleet a workload class uses.
+pub const POOL_TARGETS: [&str; 2] = ["inference", "training"];
+
+fn check_quotas(p: &str, quotas: &[WindowQuota], c: &mut Checker) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, q) in quotas.iter().enumerate() {
+        let qp = format!("{p}[{i}]");
+        match &q.target {
+            QuotaTarget::Pool(n) => {
+                if !POOL_TARGETS.contains(&n.as_str()) {
+                    c.push(
+                        at(&qp, "pool"),
+                        format!("must be one of {POOL_TARGETS:?} (got {n:?})"),
+                    );
                 }
             }
-            if !seen.insert((&q.target, &q.flavor)) {
-                c.push(
-                    qp,
-                    format!(
-                        "duplicate quota for {} {:?}{}",
-                        match q.target {
-                            QuotaTarget::Pool(_) => "pool",
-                            QuotaTarget::Queue(_) => "queue",
-                        },
-                        q.target.name(),
-                        q.flavor
-                            .as_deref()
-                            .map(|f| format!(" and flavor {f:?}"))
-                            .unwrap_or_default()
-                    ),
-                );
+            QuotaTarget::Queue(n) => c.name(at(&qp, "queue"), n),
+        }
+        if let Some(f) = &q.flavor {
+            c.identifier(at(&qp, "flavor"), f);
+        }
+        match q.amount {
+            QuotaAmount::Gpus(g) => c.range(at(&qp, "gpus"), g, 0, MAX_QUOTA_GPUS),
+            QuotaAmount::Share(s) => {
+                if !(0.0..=1.0).contains(&s) {
+                    c.push(
+                        at(&qp, "share"),
+                        format!("must be between 0 and 1 (got {s})"),
+                    );
+                }
             }
+        }
+        if !seen.insert((&q.target, &q.flavor)) {
+            c.push(
+                qp,
+                format!(
+                    "duplicate quota for {} {:?}{}",
+                    match q.target {
+                        QuotaTarget::Pool(_) => "pool",
+                        QuotaTarget::Queue(_) => "queue",
+                    },
+                    q.target.name(),
+                    q.flavor
+                        .as_deref()
+                        .map(|f| format!(" and flavor {f:?}"))
+                        .unwrap_or_default()
+                ),
+            );
         }
     }
 }
@@ -589,23 +860,116 @@ mod tests {
         assert_eq!(rmp_serde::from_slice::<QuotaSchedule>(&mp).unwrap(), s);
     }
 
+    fn window(name: &str, days: &[DayOfWeek], start: &str, end: &str) -> QuotaWindow {
+        QuotaWindow {
+            days: days.to_vec(),
+            ..QuotaWindow::daily(
+                name,
+                start,
+                end,
+                vec![WindowQuota {
+                    target: QuotaTarget::Pool("training".into()),
+                    flavor: None,
+                    amount: QuotaAmount::Gpus(8),
+                }],
+            )
+        }
+    }
+
+    fn spec(windows: Vec<QuotaWindow>) -> QuotaSchedule {
+        QuotaSchedule::new(
+            "s",
+            QuotaScheduleSpec {
+                time_zone: "Europe/Berlin".into(),
+                windows,
+                default_quotas: None,
+                transition: Transition::default(),
+                scope: ScheduleScope::default(),
+            },
+        )
+    }
+
     #[test]
-    fn windows_follow_local_time_across_dst() {
-        let s = sample().spec;
-        let name = |t: &str| s.active_window(utc(t)).unwrap().map(|w| w.name.as_str());
-        // Europe/Berlin is UTC+1 in winter: Monday 08:00 local = 07:00 UTC.
-        assert_eq!(name("2025-03-03T07:00:00Z"), Some("day"));
-        assert_eq!(name("2025-03-03T06:59:00Z"), Some("night"));
-        // UTC+2 in summer: the boundary moved with DST to 06:00 UTC.
-        assert_eq!(name("2025-06-02T06:00:00Z"), Some("day"));
-        assert_eq!(name("2025-06-02T05:59:00Z"), Some("night"));
-        // Night crosses midnight: Friday 23:00 local opens it; Saturday 03:00 is still in it.
-        assert_eq!(name("2025-03-07T22:00:00Z"), Some("night"));
-        assert_eq!(name("2025-03-08T02:00:00Z"), Some("night"));
-        // Day only opens on weekdays: Saturday noon is in no window.
-        assert_eq!(name("2025-03-08T11:00:00Z"), None);
-        // The night of the DST switch (Sunday 30 March, 02:00 -> 03:00).
-        assert_eq!(name("2025-03-30T01:30:00Z"), Some("night"));
+    fn overlapping_windows_are_refused_naming_both() {
+        let s = spec(vec![
+            window("day", &[], "08:00", "22:00"),
+            window("night", &[], "21:00", "08:00"),
+        ]);
+        let errs = s.validate().unwrap_err();
+        assert!(errs.has_field("spec.windows[1]"), "{errs}");
+        let text = errs.to_string();
+        assert!(text.contains("\"night\" overlaps window \"day\""), "{text}");
+        assert!(text.contains("21:00"), "{text}");
+    }
+
+    #[test]
+    fn gaps_need_a_default_and_name_the_window_before_them() {
+        let mut s = spec(vec![
+            window("day", &DayOfWeek::WEEKDAYS, "08:00", "22:00"),
+            window("night", &[], "22:00", "08:00"),
+        ]);
+        let errs = s.validate().unwrap_err();
+        assert!(errs.has_field("spec.windows[1].end"), "{errs}");
+        let text = errs.to_string();
+        assert!(text.contains("window \"night\" ends"), "{text}");
+        assert!(text.contains("Sat 2028-01-01 08:00"), "{text}");
+        s.spec.default_quotas = Some(Vec::new());
+        s.validate().unwrap();
+        // Tiling windows need no default.
+        spec(vec![
+            window("day", &[], "08:00", "22:00"),
+            window("night", &[], "22:00", "08:00"),
+        ])
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
+    fn cron_windows_are_checked_over_a_leap_year() {
+        let mut first_of_month = window("billing", &[], "00:00", "00:00");
+        first_of_month.start = None;
+        first_of_month.end = None;
+        first_of_month.cron = Some("0 0 1 * *".into());
+        first_of_month.duration_minutes = Some(1440);
+        let mut rest = window("normal", &[], "00:00", "24:00");
+        let mut s = spec(vec![first_of_month.clone(), rest.clone()]);
+        let errs = s.validate().unwrap_err();
+        assert!(errs.has_field("spec.windows[1]"), "{errs}");
+        // Cron windows that tile a day: four six-hour shifts.
+        let mut shift = first_of_month.clone();
+        shift.cron = Some("0 */6 * * *".into());
+        shift.duration_minutes = Some(360);
+        spec(vec![shift]).validate().unwrap();
+        // A 29 February window leaves every other day to the default.
+        first_of_month.cron = Some("0 0 29 2 *".into());
+        s.spec.windows = vec![first_of_month];
+        assert!(s.validate().is_err());
+        s.spec.default_quotas = Some(Vec::new());
+        s.validate().unwrap();
+        rest.cron = Some("0 0 * * *".into());
+        let errs = spec(vec![rest]).validate().unwrap_err();
+        assert!(errs.has_field("spec.windows[0].cron"), "{errs}");
+    }
+
+    #[test]
+    fn bad_cron_is_refused_at_its_field() {
+        let mut w = window("w", &[], "00:00", "00:00");
+        w.start = None;
+        w.end = None;
+        w.cron = Some("0 25 * * *".into());
+        let errs = spec(vec![w]).validate().unwrap_err();
+        assert!(errs.has_field("spec.windows[0].cron"), "{errs}");
+        assert!(errs.has_field("spec.windows[0].durationMinutes"), "{errs}");
+    }
+
+    #[test]
+    fn openings_cross_midnight() {
+        let w = window("night", &[DayOfWeek::Fri], "22:00", "08:00");
+        let fri: NaiveDate = "2025-03-07".parse().unwrap();
+        assert_eq!(w.openings(fri).unwrap(), [(1320, 600)]);
+        assert!(w.openings(fri.succ_opt().unwrap()).unwrap().is_empty());
+        let all = window("all", &[], "00:00", "24:00");
+        assert_eq!(all.openings(fri).unwrap(), [(0, 1440)]);
     }
 
     #[test]
@@ -624,9 +988,9 @@ mod tests {
     fn every_problem_is_reported() {
         let mut s = sample();
         s.spec.time_zone = "Mars/Olympus".into();
-        s.spec.windows[0].start = "7am".into();
+        s.spec.windows[0].start = Some("7am".into());
         s.spec.windows[0].days.push(DayOfWeek::Mon);
-        s.spec.windows[1].end = "22:00".into();
+        s.spec.windows[1].end = Some("22:00".into());
         s.spec.windows[1].name = "day".into();
         s.spec.windows[1].quotas[0].amount = QuotaAmount::Share(1.5);
         let dup = s.spec.windows[1].quotas[0].clone();
@@ -724,41 +1088,19 @@ mod properties {
             let days: Vec<DayOfWeek> =
                 days.into_iter().map(|d| Weekday::try_from(d).unwrap().into()).collect();
             let w = QuotaWindow {
-                name: "w".into(),
                 days: days.clone(),
-                start: hhmm(start),
-                end: if end == 1440 { "24:00".into() } else { hhmm(end) },
-                quotas: vec![],
+                ..QuotaWindow::daily(
+                    "w",
+                    &hhmm(start),
+                    &if end == 1440 { "24:00".to_owned() } else { hhmm(end) },
+                    vec![],
+                )
             };
             let day = Weekday::try_from(day).unwrap();
             prop_assert_eq!(
                 w.contains(day, minute).unwrap(),
                 in_model(&days, start, end % 1440, day, minute)
             );
-        }
-
-        #[test]
-        fn a_full_day_window_is_always_active(secs in 0i64..4_000_000_000, tz in prop::sample::select(vec![
-            "UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe",
-        ])) {
-            let spec = QuotaScheduleSpec {
-                time_zone: tz.into(),
-                windows: vec![QuotaWindow {
-                    name: "all".into(),
-                    days: vec![],
-                    start: "00:00".into(),
-                    end: "24:00".into(),
-                    quotas: vec![WindowQuota {
-                        target: QuotaTarget::Pool("p".into()),
-                        flavor: None,
-                        amount: QuotaAmount::Share(1.0),
-                    }],
-                }],
-                transition: Transition::default(),
-                scope: ScheduleScope::default(),
-            };
-            let at = DateTime::from_timestamp(secs, 0).unwrap();
-            prop_assert!(spec.active_window(at).unwrap().is_some());
         }
     }
 }

@@ -163,6 +163,11 @@ impl Checker {
         self.errors.push(FieldError::new(field, reason));
     }
 
+    /// Problems found so far; a check that only makes sense on sound input compares it.
+    pub(crate) fn count(&self) -> usize {
+        self.errors.len()
+    }
+
     pub(crate) fn finish(self) -> Result<(), ValidationErrors> {
         if self.errors.is_empty() {
             Ok(())

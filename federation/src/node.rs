@@ -150,30 +150,37 @@ impl Node {
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
         };
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(crate::dispatcher::liveness::health_monitor(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            state.liveness.clone(),
-            cfg.dispatch.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::dispatcher::recovery::recovery_loop(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            cfg.dispatch.clone(),
-            cfg.clock.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::dispatcher::cycle::schedule_loop(
-            raft.clone(),
-            state.data.clone(),
-            state.proposer.clone(),
-            state.liveness.clone(),
-            cfg.dispatch.clone(),
-            state.last_cycle.clone(),
-            state.metrics.clone(),
-        )));
+        let mut tasks = vec![
+            tokio::spawn(crate::dispatcher::liveness::health_monitor(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.liveness.clone(),
+                cfg.dispatch.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::recovery::recovery_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                cfg.dispatch.clone(),
+                cfg.clock.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::cycle::schedule_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.liveness.clone(),
+                cfg.dispatch.clone(),
+                state.last_cycle.clone(),
+                state.metrics.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::tidal::tidal_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.clock.clone(),
+            )),
+        ];
         let listener =
             TcpListener::bind(&cfg.listen)
                 .await

@@ -29,6 +29,8 @@ use super::hash::{DetMap, tie_break};
 use super::input::{PodCount, PoolPlacement, SchedulerInput, SchedulerTuning, uid_of};
 use super::ordering::{Order, PriorityBook, Rank};
 use super::quota::{QuotaBlock, QuotaBook};
+use super::reclaim::SideBook;
+use super::tidal::FleetSide;
 
 pub const KIND_TRAINING: u8 = 1;
 pub const KIND_INFERENCE: u8 = 2;
@@ -182,6 +184,8 @@ pub struct Cycle<'a> {
     pub spread_region: DetMap<(&'a str, &'a str), u32>,
     pub spread_total: DetMap<&'a str, u32>,
     pub budget_left: u32,
+    /// Fleet sides' guarantees from tidal pool quotas (see `reclaim`).
+    pub sides: SideBook,
     pub attempts: u32,
     pub admitted: u32,
     pub stats: SchedulerStats,
@@ -379,6 +383,7 @@ impl<'a> Cycle<'a> {
             &input.priority_classes,
             &input.settings.default_priority_class,
         );
+        let sides = SideBook::new(&input.quota_overrides, &book);
 
         let mut cycle = Self {
             input,
@@ -403,6 +408,7 @@ impl<'a> Cycle<'a> {
             spread_region: DetMap::default(),
             spread_total: DetMap::default(),
             budget_left: input.preemption_budget.remaining(),
+            sides,
             attempts: 0,
             admitted: 0,
             stats: SchedulerStats::default(),
@@ -488,6 +494,11 @@ impl<'a> Cycle<'a> {
             if let Some(ci) = cluster {
                 self.on_cluster[ci].push(self.running.len() as u32);
             }
+            let side = FleetSide::of_class(w.spec.class);
+            if let Some(ci) = cluster {
+                self.sides.charge(side, &input.clusters[ci].region, &gpus);
+            }
+            self.sides.runs.push((side, cluster));
             self.running.push(RunInfo {
                 uid: uid.to_owned(),
                 queue,
@@ -718,7 +729,7 @@ impl<'a> Cycle<'a> {
     ) {
         let uid = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Pending {
-            uid,
+            uid: uid.into(),
             reason,
             explanation: explanation.into(),
         });
@@ -782,6 +793,18 @@ impl<'a> Cycle<'a> {
             }
         }
         if let Err(block) = self.book.check(q, &self.shapes[s].request) {
+            if let Some(victims) = self.waiting_victims.get(uid_of(w)).cloned() {
+                return self.pending(
+                    idx,
+                    PendingReason::WaitingForPreemption {
+                        victims: victims.clone(),
+                    },
+                    Explanation::new(Unblock::PreemptionCompletes { victims }),
+                );
+            }
+            if matches!(block, QuotaBlock::Exhausted { .. }) && self.try_quota_preempt(idx, q) {
+                return;
+            }
             let reason = self.book.reason(q, &block);
             let unblock = match block {
                 QuotaBlock::Exhausted { flavor, short, .. } => Unblock::QuotaFreed {
@@ -792,6 +815,9 @@ impl<'a> Cycle<'a> {
                 QuotaBlock::WindowClosed { until } => Unblock::WindowOpens { at: until },
             };
             return self.pending(idx, reason, Explanation::new(unblock));
+        }
+        if let Some(unblock) = self.window_closing(idx) {
+            return self.pending(idx, PendingReason::Queued, Explanation::new(unblock));
         }
         if let Some((reason, explanation)) = &self.shapes[s].static_block {
             let (reason, explanation) = (reason.clone(), explanation.clone());
@@ -811,7 +837,7 @@ impl<'a> Cycle<'a> {
                 Explanation::new(Unblock::PreemptionCompletes { victims }),
             );
         }
-        if self.try_preempt(idx, q) {
+        if self.try_reclaim(idx, q) || self.try_preempt(idx, q) {
             return;
         }
         let (reason, explanation) = self.capacity_reason(idx, &restricted);
@@ -872,6 +898,7 @@ impl<'a> Cycle<'a> {
         }
         self.clusters[ci].version += 1;
         self.admit(idx, q);
+        self.charge_side(idx, ci);
         self.release_hold(idx);
         let key = self.spread_key(w);
         let region = input.clusters[ci].region.as_str();
@@ -879,8 +906,8 @@ impl<'a> Cycle<'a> {
         *self.spread_region.entry((key, region)).or_insert(0) += 1;
         *self.spread_total.entry(key).or_insert(0) += 1;
         self.decisions.push(Decision::Assign {
-            uid: uid_of(w).to_owned(),
-            cluster: self.clusters[ci].name.clone(),
+            uid: uid_of(w).into(),
+            cluster: self.clusters[ci].name.as_str().into(),
             pool: placements
                 .first()
                 .map(|p| p.pool.clone())

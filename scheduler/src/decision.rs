@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::PendingReason;
+use tideway_api::{ClusterName, PendingReason, Uid};
 
 use super::explain::Explanation;
 use super::input::PoolPlacement;
@@ -17,8 +17,8 @@ use super::input::PoolPlacement;
 pub enum Decision {
     /// Dispatch to `cluster`; quota and capacity are taken in this cycle already.
     Assign {
-        uid: String,
-        cluster: String,
+        uid: Uid,
+        cluster: ClusterName,
         /// The pool of the first (largest) placement; `placements` lists every flavor's.
         pool: String,
         placements: Vec<PoolPlacement>,
@@ -26,9 +26,9 @@ pub enum Decision {
     /// Evict `victims` (all on `cluster`) so that `preemptor` fits there once they are gone.
     /// The preemptor stays pending until then (`WaitingForPreemption`).
     Preempt {
-        preemptor: String,
-        victims: Vec<String>,
-        cluster: String,
+        preemptor: Uid,
+        victims: Vec<Uid>,
+        cluster: ClusterName,
         /// The checkpoint notice: victims get this long before they are killed.
         grace_seconds: u64,
         cost: PreemptionCost,
@@ -36,8 +36,8 @@ pub enum Decision {
     /// Hold `cluster`'s capacity of the workload's flavors for it: only work that ends
     /// before `expected_start` is backfilled there meanwhile.
     Reserve {
-        uid: String,
-        cluster: String,
+        uid: Uid,
+        cluster: ClusterName,
         expected_start: DateTime<Utc>,
         /// Why it still waits.
         reason: PendingReason,
@@ -45,7 +45,7 @@ pub enum Decision {
     },
     /// Waits; `explanation` is shared by workloads blocked the same way.
     Pending {
-        uid: String,
+        uid: Uid,
         reason: PendingReason,
         explanation: Arc<Explanation>,
     },
@@ -55,8 +55,10 @@ impl Decision {
     /// The pending workload this decision is about.
     pub fn uid(&self) -> &str {
         match self {
-            Self::Assign { uid, .. } | Self::Reserve { uid, .. } | Self::Pending { uid, .. } => uid,
-            Self::Preempt { preemptor, .. } => preemptor,
+            Self::Assign { uid, .. } | Self::Reserve { uid, .. } | Self::Pending { uid, .. } => {
+                uid.as_str()
+            }
+            Self::Preempt { preemptor, .. } => preemptor.as_str(),
         }
     }
 
@@ -65,7 +67,7 @@ impl Decision {
         match self {
             Self::Assign { .. } => None,
             Self::Preempt { victims, .. } => Some(PendingReason::WaitingForPreemption {
-                victims: victims.clone(),
+                victims: victims.iter().map(|v| v.to_string()).collect(),
             }),
             Self::Reserve { reason, .. } | Self::Pending { reason, .. } => Some(reason.clone()),
         }

@@ -11,6 +11,7 @@ use tideway_api::{FlavorQuota, PriorityClass, Queue, SchedulerSettings, Topology
 
 use super::error::InputError;
 use super::hash::DetSet;
+use super::tidal::{FleetSide, Handover};
 
 /// One cycle's input. `schedule` never fails on it; [`SchedulerInput::validate`] reports
 /// inconsistencies a caller may want to refuse before replaying a recorded frame.
@@ -144,12 +145,21 @@ impl PreemptionBudget {
     }
 }
 
-/// The quota a tidal window gives one queue for one flavor; it replaces the queue's own
-/// `FlavorQuota` for as long as the window is open.
+/// The quota a tidal window gives one queue (or one fleet side) for one flavor; it replaces
+/// the queue's own `FlavorQuota` for as long as the window is open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuotaOverride {
+    /// The queue whose quota this replaces; empty for a fleet side's quota.
     pub queue: String,
+    /// Set (with `queue` empty) for a pool quota: the guarantee of a side of the fleet
+    /// (inference, or training-like work) within `regions`. That side may run beyond it on
+    /// idle capacity; the other side, below its own guarantee, reclaims the excess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<FleetSide>,
+    /// Regions a side quota covers; empty means the whole fleet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<String>,
     pub quota: FlavorQuota,
     /// The window's name, for explanations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,6 +167,9 @@ pub struct QuotaOverride {
     /// When the window ends. A zero quota with an end is reported as `WindowClosed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<DateTime<Utc>>,
+    /// How the coming boundary is crossed (lead time, notice, reclaim order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
 }
 
 /// Where a workload's pods of one flavor go: the `Assign` decision says it, and the same

@@ -42,8 +42,10 @@ mod nodes;
 mod ordering;
 mod preemption;
 mod quota;
+mod reclaim;
 mod reservation;
 mod routing;
+pub mod tidal;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;

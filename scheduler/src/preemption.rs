@@ -36,14 +36,14 @@ use super::routing::fit_in_pools;
 /// At most this many "can we do without this victim" checks per plan.
 const MAX_MINIMISE_CHECKS: usize = 32;
 
-struct Plan {
-    cluster: usize,
-    victims: Vec<u32>,
-    cost: PreemptionCost,
-    grace_seconds: u64,
+pub(super) struct Plan {
+    pub cluster: usize,
+    pub victims: Vec<u32>,
+    pub cost: PreemptionCost,
+    pub grace_seconds: u64,
 }
 
-fn cost_key(c: &PreemptionCost) -> (u32, VictimTier, u32, u64, u64) {
+pub(super) fn cost_key(c: &PreemptionCost) -> (u32, VictimTier, u32, u64, u64) {
     (
         c.cautious,
         c.worst_tier,
@@ -228,7 +228,7 @@ impl Cycle<'_> {
         pools
     }
 
-    fn fits_without(&self, ci: usize, s: usize, victims: &[u32]) -> bool {
+    pub(super) fn fits_without(&self, ci: usize, s: usize, victims: &[u32]) -> bool {
         let pools = self.pools_returning(ci, victims);
         fit_in_pools(&pools, &self.shapes[s], &self.book.flavors).is_some()
     }
@@ -258,7 +258,7 @@ impl Cycle<'_> {
     }
 
     /// A plan taking the shortest prefix of `order` that frees enough, minimised and proved.
-    fn plan_from(&self, ci: usize, s: usize, order: &[u32]) -> Option<Plan> {
+    pub(super) fn plan_from(&self, ci: usize, s: usize, order: &[u32]) -> Option<Plan> {
         // Evicting everything would not do.
         if order.is_empty() || !self.fits_without(ci, s, order) {
             return None;
@@ -290,6 +290,11 @@ impl Cycle<'_> {
         if !self.fits_without(ci, s, &victims) {
             return None;
         }
+        Some(self.plan_of(ci, victims))
+    }
+
+    /// What evicting `victims` from `ci` costs, and the notice they get.
+    pub(super) fn plan_of(&self, ci: usize, victims: Vec<u32>) -> Plan {
         let mut cost = PreemptionCost::default();
         let mut grace = 0u64;
         for &ri in &victims {
@@ -312,31 +317,32 @@ impl Cycle<'_> {
             }
             grace = grace.max(g);
         }
-        Some(Plan {
+        Plan {
             cluster: ci,
             victims,
             cost,
             grace_seconds: grace,
-        })
+        }
     }
 
-    fn commit(&mut self, idx: u32, q: usize, plan: Plan) {
+    pub(super) fn commit(&mut self, idx: u32, q: usize, plan: Plan) {
         let mut victims = Vec::with_capacity(plan.victims.len());
         for &ri in &plan.victims {
             let r = &mut self.running[ri as usize];
             r.terminating = true;
-            victims.push(r.uid.clone());
+            victims.push(r.uid.as_str().into());
         }
         self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
         self.admit(idx, q);
+        self.charge_side(idx, plan.cluster);
         let start = plus_secs(self.now, plan.grace_seconds);
         self.release_hold(idx);
         self.add_hold(HoldKind::Preemption, idx, plan.cluster, start);
         let preemptor = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Preempt {
-            preemptor,
+            preemptor: preemptor.into(),
             victims,
-            cluster: self.clusters[plan.cluster].name.clone(),
+            cluster: self.clusters[plan.cluster].name.as_str().into(),
             grace_seconds: plan.grace_seconds,
             cost: plan.cost,
         });

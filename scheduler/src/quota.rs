@@ -406,6 +406,9 @@ mod tests {
                 },
                 window: Some("day".into()),
                 until: Some(until),
+                side: None,
+                regions: Vec::new(),
+                handover: None,
             }],
             vec!["H100".into(), "A100".into()],
         );

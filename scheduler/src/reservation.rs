@@ -233,8 +233,8 @@ impl Cycle<'_> {
             explanation.clusters.clone(),
         );
         self.decisions.push(Decision::Reserve {
-            uid: uid_of(&self.input.pending[idx as usize].workload).to_owned(),
-            cluster,
+            uid: uid_of(&self.input.pending[idx as usize].workload).into(),
+            cluster: cluster.into(),
             expected_start,
             reason: reason.clone(),
             explanation: Arc::new(explanation),

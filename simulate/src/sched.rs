@@ -299,9 +299,10 @@ impl Engine {
                     pool,
                     placements,
                 } => {
-                    let (Some(&j), Some(&c)) =
-                        (self.uid_ids.get(&uid), self.member_ids.get(&cluster))
-                    else {
+                    let (Some(&j), Some(&c)) = (
+                        self.uid_ids.get(uid.as_str()),
+                        self.member_ids.get(cluster.as_str()),
+                    ) else {
                         continue;
                     };
                     if self.assign(j, c, pool, placements.len() <= 1) {
@@ -316,11 +317,11 @@ impl Engine {
                     ..
                 } => {
                     self.acc.preemption_decisions += 1;
-                    if let Some(&j) = self.uid_ids.get(&preemptor) {
+                    if let Some(&j) = self.uid_ids.get(preemptor.as_str()) {
                         self.set_reason(j, metrics::WAITING_FOR_PREEMPTION);
                     }
                     for v in victims {
-                        self.preempt(&v, &preemptor, grace_seconds);
+                        self.preempt(v.as_str(), preemptor.as_str(), grace_seconds);
                     }
                 }
                 Decision::Reserve {
@@ -330,11 +331,11 @@ impl Engine {
                     reason,
                     ..
                 } => {
-                    let Some(&j) = self.uid_ids.get(&uid) else {
+                    let Some(&j) = self.uid_ids.get(uid.as_str()) else {
                         continue;
                     };
                     self.set_reason(j, metrics::reason_index(&reason));
-                    let created_at = match old_reservations.iter().find(|r| r.uid == uid) {
+                    let created_at = match old_reservations.iter().find(|r| uid == r.uid.as_str()) {
                         Some(r) => r.created_at,
                         None => {
                             self.acc.reservations += 1;
@@ -342,14 +343,14 @@ impl Engine {
                         }
                     };
                     reservations.push(Reservation {
-                        uid,
-                        cluster,
+                        uid: uid.into(),
+                        cluster: cluster.into(),
                         expected_start,
                         created_at,
                     });
                 }
                 Decision::Pending { uid, reason, .. } => {
-                    if let Some(&j) = self.uid_ids.get(&uid) {
+                    if let Some(&j) = self.uid_ids.get(uid.as_str()) {
                         self.set_reason(j, metrics::reason_index(&reason));
                     }
                 }

@@ -22,4 +22,5 @@ mod t95_dashboard;
 mod t95_node_fault;
 mod t96_deploy;
 mod t97_member_loss;
+mod t97_tidal;
 mod t99_chaos;

@@ -51,8 +51,8 @@ impl From<&Placement> for PoolPlacement {
 impl From<&tideway_scheduler::Reservation> for Reservation {
     fn from(r: &tideway_scheduler::Reservation) -> Self {
         Reservation {
-            uid: r.uid.clone(),
-            cluster: r.cluster.clone(),
+            uid: r.uid.as_str().into(),
+            cluster: r.cluster.as_str().into(),
             expected_start: r.expected_start,
             created_at: r.created_at,
         }
@@ -62,8 +62,8 @@ impl From<&tideway_scheduler::Reservation> for Reservation {
 impl From<&Reservation> for tideway_scheduler::Reservation {
     fn from(r: &Reservation) -> Self {
         tideway_scheduler::Reservation {
-            uid: r.uid.clone(),
-            cluster: r.cluster.clone(),
+            uid: r.uid.to_string(),
+            cluster: r.cluster.to_string(),
             expected_start: r.expected_start,
             created_at: r.created_at,
         }

@@ -51,7 +51,7 @@ pub fn build_input(
     now: DateTime<Utc>,
     cycle: u64,
 ) -> SchedulerInput {
-    let settings = tideway_api::SchedulerSettings::default();
+    let settings = state.tidal.settings();
     let mut clusters = Vec::new();
     let mut digest_at = BTreeMap::new();
     for (name, rec) in &state.members {
@@ -142,11 +142,13 @@ pub fn build_input(
         used_in_window: recent.len() as u32,
         refills_at: recent.first().map(|t| **t + window),
     };
+    let queues: Vec<_> = state.queues.values().cloned().collect();
+    let quota_overrides = super::tidal::quota_overrides(state, &clusters, &queues, now);
     let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
-        queues: state.queues.values().cloned().collect(),
+        queues,
         priority_classes: state.priority_classes.values().cloned().collect(),
         clusters,
         pending,
@@ -158,7 +160,7 @@ pub fn build_input(
             .map(Into::into)
             .collect(),
         preemption_budget,
-        quota_overrides: Vec::new(),
+        quota_overrides,
         settings,
     };
     super::estimates::fill(&mut input, &super::estimates::learned(state));
@@ -180,9 +182,9 @@ pub fn decisions_of(
                 pool,
                 placements,
             } => {
-                if let Some(name) = state.uids.get(uid) {
+                if let Some(name) = state.uids.get(uid.as_str()) {
                     d.assign.push(AssignDecision {
-                        workload: name.clone(),
+                        workload: name.as_str().into(),
                         cluster: cluster.clone(),
                         pool: pool.clone(),
                         placements: placements.iter().map(Into::into).collect(),
@@ -214,7 +216,7 @@ pub fn decisions_of(
                     .scheduling
                     .reservations
                     .iter()
-                    .find(|r| &r.uid == uid && &r.cluster == cluster)
+                    .find(|r| r.uid == *uid && r.cluster == *cluster)
                     .map(|r| r.created_at)
                     .unwrap_or(now),
             }),
@@ -282,7 +284,7 @@ pub async fn schedule_loop(
             let Ok(d) = data.read() else { continue };
             let decisions = decisions_of(&d.state, &output, now);
             for a in &decisions.assign {
-                if let Some(w) = d.state.workloads.get(&a.workload)
+                if let Some(w) = d.state.workloads.get(a.workload.as_str())
                     && let Some(st) = &w.status
                 {
                     if let Some(sub) = st.submitted_at {

@@ -218,7 +218,7 @@ fn a_cycles_decisions_become_the_entry_that_changes_state() {
     assert_eq!(d.assign[0].workload, "wait");
     assert_eq!(d.assign[0].placements, vec![(&placement()).into()]);
     assert_eq!(d.preempt.len(), 1);
-    assert_eq!(d.preempt[0].victims, vec!["u-run".to_string()]);
+    assert_eq!(d.preempt[0].victims, vec![tideway_api::Uid::from("u-run")]);
     assert_eq!(d.preempt[0].grace_seconds, 30);
     // A reservation that already existed keeps its creation time.
     assert_eq!(

@@ -1,5 +1,6 @@
-//! Leader-only loops: member liveness and health transitions, digest coalescing, and the
-//! scheduling cycle that runs the scheduler core and commits its decisions.
+//! Leader-only loops: member liveness and health transitions, digest coalescing, quota
+//! schedule transitions, and the scheduling cycle that runs the scheduler core and commits
+//! its decisions.
 //!
 //! Every node runs these tasks; each pass first checks that this node leads, so a new leader
 //! takes over at once and a deposed one stops acting. Everything they decide is proposed as a
@@ -12,6 +13,7 @@ mod cycle_tests;
 pub mod estimates;
 pub mod liveness;
 pub mod recovery;
+pub mod tidal;
 
 use std::time::Duration;
 

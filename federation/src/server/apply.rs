@@ -1,5 +1,5 @@
-//! `POST /v1/apply`: create or replace queues and priority classes from a document, until
-//! versioned policies take over.
+//! `POST /v1/apply`: create or replace queues, priority classes and quota schedules from a
+//! document, or apply a whole policy bundle.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -10,7 +10,7 @@ use tideway_api::{AnyResource, Validate};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::state::command::{Command, CommandResult, StoredObject};
+use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
 
 pub async fn apply(
     State(st): State<AppState>,
@@ -24,6 +24,11 @@ pub async fn apply(
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     let at = st.clock.now();
+    // A policy is answered with the bundle as applied.
+    let policy = match &res {
+        AnyResource::Policy(p) => Some(p.clone()),
+        _ => None,
+    };
     let cmd = match res {
         AnyResource::Queue(q) => Command::PutQueue {
             queue: Box::new(q),
@@ -33,11 +38,19 @@ pub async fn apply(
             priority_class: Box::new(pc),
             at,
         },
+        AnyResource::QuotaSchedule(s) => Command::PutQuotaSchedule {
+            schedule: Box::new(s),
+            at,
+        },
+        AnyResource::Policy(p) => Command::PutPolicy {
+            policy: Box::new(p),
+            at,
+        },
         other => {
             return Err(ApiError::field(
                 "kind",
                 format!(
-                    "apply takes Queue and PriorityClass; submit a Workload with `submit`, not {}",
+                    "apply takes Queue, PriorityClass, QuotaSchedule and Policy; submit a Workload with `submit`, not {}",
                     other.kind()
                 ),
             ));
@@ -50,6 +63,16 @@ pub async fn apply(
         CommandResult::Created {
             object: StoredObject::PriorityClass(p),
         } => Ok(Json(AnyResource::PriorityClass(*p))),
+        CommandResult::Created {
+            object: StoredObject::QuotaSchedule(s),
+        } => Ok(Json(AnyResource::QuotaSchedule(*s))),
+        CommandResult::Updated { .. } if policy.is_some() => match policy {
+            Some(p) => Ok(Json(AnyResource::Policy(p))),
+            None => Err(ApiError::Internal("policy lost".into())),
+        },
+        CommandResult::Rejected {
+            rejection: Rejection::Invalid { errors },
+        } => Err(ApiError::Invalid(errors)),
         other => Err(ApiError::unexpected(other)),
     }
 }

@@ -171,7 +171,7 @@ pub async fn status(
     let res = st
         .proposer
         .propose(Command::ReportStatus {
-            cluster: name,
+            cluster: name.into(),
             statuses,
         })
         .await?;

@@ -9,6 +9,7 @@ pub mod internal;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
+pub mod schedules;
 pub mod ui;
 pub mod workloads;
 
@@ -128,6 +129,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
         .route("/v1/queues", get(workloads::list_queues))
+        .route("/v1/schedules", get(schedules::list))
+        .route("/v1/schedules/{name}/timeline", get(schedules::timeline))
         .route("/v1/priorityclasses", get(workloads::list_priority_classes))
         .route("/v1/members", get(members::list))
         .route("/v1/members/register", post(members::register))

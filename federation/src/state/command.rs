@@ -7,7 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
-use tideway_api::{FieldError, MemberCluster, MemberPhase, PriorityClass, Queue, Workload};
+use tideway_api::{
+    ClusterName, FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue,
+    QuotaSchedule, Workload, WorkloadName,
+};
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync. On disk and on the wire it travels in a
@@ -84,8 +87,8 @@ pub enum Command {
     },
     /// Place a pending workload (by name) on a member cluster.
     Assign {
-        workload: String,
-        cluster: String,
+        workload: WorkloadName,
+        cluster: ClusterName,
         pool: Option<String>,
         at: DateTime<Utc>,
     },
@@ -96,7 +99,7 @@ pub enum Command {
     },
     /// Status transitions reported by a member's agent.
     ReportStatus {
-        cluster: String,
+        cluster: ClusterName,
         statuses: Vec<LocalStatus>,
     },
     /// Create or replace a priority class.
@@ -118,6 +121,24 @@ pub enum Command {
     },
     /// An operator removes a member that holds no active work.
     RemoveMember { name: String, at: DateTime<Utc> },
+    /// Create or replace a quota schedule; apply records the window open at `at`.
+    PutQuotaSchedule {
+        schedule: Box<QuotaSchedule>,
+        at: DateTime<Utc>,
+    },
+    /// Apply a whole policy bundle (queues, priority classes, quota schedules, settings).
+    PutPolicy {
+        policy: Box<Policy>,
+        at: DateTime<Utc>,
+    },
+    /// A quota schedule's window changed at `boundary` (proposed by the leader at `at`).
+    TidalTransition {
+        schedule: String,
+        from: Option<String>,
+        to: Option<String>,
+        boundary: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
 }
 
 /// The answer of the state machine to a whole [`Request`], one result per command, in order.
@@ -158,6 +179,7 @@ pub enum StoredObject {
     Queue(Box<Queue>),
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
+    QuotaSchedule(Box<QuotaSchedule>),
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod bootstrap;
 pub mod command;
 pub mod members;
 pub mod scheduling;
+pub mod tidal;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,6 +47,9 @@ pub struct FederationState {
     /// Reservations, placements and preemptions of the scheduler.
     #[serde(default)]
     pub scheduling: scheduling::SchedulingState,
+    /// Quota schedules, the window each is in, and the applied policy's settings.
+    #[serde(default)]
+    pub tidal: tidal::TidalState,
     /// The latest time any applied command carried; apply never looks at a clock.
     pub clock: Option<DateTime<Utc>>,
 }
@@ -71,6 +75,7 @@ impl Default for FederationState {
             members: BTreeMap::new(),
             assignments: BTreeMap::new(),
             scheduling: Default::default(),
+            tidal: Default::default(),
             clock: None,
         }
     }
@@ -154,14 +159,14 @@ impl FederationState {
                 at,
             } => {
                 self.tick(at);
-                self.assign(&workload, &cluster, pool, at, index)
+                self.assign(workload.as_str(), cluster.as_str(), pool, at, index)
             }
             Command::ApplyCycle { decisions, at } => {
                 self.tick(at);
                 self.apply_cycle(*decisions, at, index)
             }
             Command::ReportStatus { cluster, statuses } => {
-                self.report_status(&cluster, statuses, index)
+                self.report_status(cluster.as_str(), statuses, index)
             }
             Command::PutPriorityClass {
                 mut priority_class,
@@ -189,6 +194,24 @@ impl FederationState {
             Command::RemoveMember { name, at } => {
                 self.tick(at);
                 self.remove_member(&name)
+            }
+            Command::PutQuotaSchedule { schedule, at } => {
+                self.tick(at);
+                self.put_quota_schedule(*schedule, at, index)
+            }
+            Command::PutPolicy { policy, at } => {
+                self.tick(at);
+                self.put_policy(*policy, at, index)
+            }
+            Command::TidalTransition {
+                schedule,
+                from,
+                to,
+                boundary,
+                at,
+            } => {
+                self.tick(at);
+                self.tidal_transition(&schedule, from, to, boundary, at, index)
             }
         }
     }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Desired;
+use tideway_api::{ClusterName, Uid, WorkloadName};
 use tideway_api::{PendingReason, WorkloadPhase};
 
 use tideway_api::TopologyLevel;
@@ -53,8 +54,8 @@ pub struct Pods {
 #[serde(rename_all = "camelCase")]
 pub struct Reservation {
     /// UID of the gang.
-    pub uid: String,
-    pub cluster: String,
+    pub uid: Uid,
+    pub cluster: ClusterName,
     pub expected_start: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
 }
@@ -80,8 +81,8 @@ impl CycleDecisions {
 #[serde(rename_all = "camelCase")]
 pub struct AssignDecision {
     /// Workload name.
-    pub workload: String,
-    pub cluster: String,
+    pub workload: WorkloadName,
+    pub cluster: ClusterName,
     pub pool: String,
     pub placements: Vec<Placement>,
 }
@@ -90,10 +91,10 @@ pub struct AssignDecision {
 #[serde(rename_all = "camelCase")]
 pub struct PreemptDecision {
     /// UID of the workload the victims make room for.
-    pub preemptor: String,
-    pub cluster: String,
+    pub preemptor: Uid,
+    pub cluster: ClusterName,
     /// Victim UIDs, all on `cluster`.
-    pub victims: Vec<String>,
+    pub victims: Vec<Uid>,
     pub grace_seconds: u64,
 }
 
@@ -120,11 +121,15 @@ impl FederationState {
         for a in d.assign {
             let uid = self
                 .workloads
-                .get(&a.workload)
+                .get(a.workload.as_str())
                 .and_then(|w| w.metadata.uid.clone());
-            if let CommandResult::Created { .. } =
-                self.assign(&a.workload, &a.cluster, Some(a.pool), at, index)
-            {
+            if let CommandResult::Created { .. } = self.assign(
+                a.workload.as_str(),
+                a.cluster.as_str(),
+                Some(a.pool),
+                at,
+                index,
+            ) {
                 if let Some(uid) = uid {
                     self.scheduling.placements.insert(uid, a.placements);
                 }
@@ -135,8 +140,8 @@ impl FederationState {
             for victim in &p.victims {
                 let Some(rec) = self
                     .assignments
-                    .get_mut(&p.cluster)
-                    .and_then(|m| m.get_mut(victim))
+                    .get_mut(p.cluster.as_str())
+                    .and_then(|m| m.get_mut(victim.as_str()))
                 else {
                     continue;
                 };
@@ -149,11 +154,11 @@ impl FederationState {
                 rec.revision = index;
                 self.scheduling
                     .preempting
-                    .insert(victim.clone(), p.preemptor.clone());
+                    .insert(victim.to_string(), p.preemptor.to_string());
                 self.scheduling.evictions.push(at);
                 if let Some(w) = self
                     .uids
-                    .get(victim)
+                    .get(victim.as_str())
                     .and_then(|n| self.workloads.get_mut(n))
                     && let Some(st) = w.status.as_mut()
                 {

@@ -3,5 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
 mod properties;
+mod reclaim;
 mod scenarios;
 mod testkit;
+mod tidal;

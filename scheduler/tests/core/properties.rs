@@ -285,7 +285,27 @@ fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), St
     for d in decisions {
         let uid = match d {
             Decision::Assign { uid, .. } => uid,
-            Decision::Preempt { preemptor, .. } => preemptor,
+            Decision::Preempt {
+                preemptor, victims, ..
+            } => {
+                // Victims of the preemptor's own queue hand it their quota (priority
+                // preemption inside a queue at its quota): the rules hold once they leave.
+                let queue = &pending[preemptor.as_str()].spec.queue;
+                for v in victims {
+                    if let Some(r) = input
+                        .running
+                        .iter()
+                        .find(|r| uid_of(&r.workload) == v && &r.workload.spec.queue == queue)
+                    {
+                        for (f, n) in r.workload.spec.gpus_by_flavor() {
+                            if let Some(u) = used.get_mut(&(queue.clone(), f.to_owned())) {
+                                *u = u.saturating_sub(n);
+                            }
+                        }
+                    }
+                }
+                preemptor
+            }
             _ => continue,
         };
         let w = pending[uid.as_str()];

@@ -52,8 +52,8 @@ fn preempt(
             cost,
             ..
         } => Some((
-            victims.clone(),
-            cluster.clone(),
+            victims.iter().map(|v| v.to_string()).collect(),
+            cluster.to_string(),
             *grace_seconds,
             cost.worst_tier,
         )),
@@ -180,6 +180,9 @@ fn reason_window_closed() {
         },
         window: Some("day".into()),
         until: Some(until),
+        side: None,
+        regions: Vec::new(),
+        handover: None,
     }];
     f.submit(workload("w", "q", "normal", "H100", 1, 8));
     let out = f.cycle();
@@ -715,7 +718,7 @@ fn spread_replicas_over_clusters_and_regions() {
         .decisions
         .iter()
         .filter_map(|d| match d {
-            Decision::Assign { cluster, .. } => Some(cluster.clone()),
+            Decision::Assign { cluster, .. } => Some(cluster.to_string()),
             _ => None,
         })
         .collect();

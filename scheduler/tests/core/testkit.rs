@@ -506,7 +506,7 @@ impl Fleet {
                         .position(|p| uid_of(&p.workload) == uid)
                         .expect("assigned workload is pending");
                     let w = self.pending[pi].workload.clone();
-                    let ci = self.cluster_index(cluster);
+                    let ci = self.cluster_index(cluster.as_str());
                     let mut slots = Vec::new();
                     for p in placements {
                         slots.extend(
@@ -515,10 +515,10 @@ impl Fleet {
                         );
                     }
                     let ends_at = self.runtime_of(&w).map(|s| self.now + Duration::seconds(s));
-                    self.assigned.insert(uid.clone(), cluster.clone());
+                    self.assigned.insert(uid.to_string(), cluster.to_string());
                     self.running.push(Running {
                         rw: RunningWorkload {
-                            cluster: cluster.clone(),
+                            cluster: cluster.to_string(),
                             pool: placements[0].pool.clone(),
                             placements: placements.clone(),
                             started_at: Some(self.now),
@@ -534,7 +534,7 @@ impl Fleet {
                         ends_at,
                         evict_at: None,
                     });
-                    assigned.push(uid.clone());
+                    assigned.push(uid.to_string());
                 }
                 Decision::Preempt {
                     preemptor,
@@ -546,10 +546,10 @@ impl Fleet {
                         let r = self
                             .running
                             .iter_mut()
-                            .find(|r| uid_of(&r.rw.workload) == v)
+                            .find(|r| *uid_of(&r.rw.workload) == *v)
                             .expect("victim runs");
                         assert!(r.rw.preempting_for.is_none(), "{v} preempted twice");
-                        r.rw.preempting_for = Some(preemptor.clone());
+                        r.rw.preempting_for = Some(preemptor.to_string());
                         r.evict_at = Some(self.now + Duration::seconds(*grace_seconds as i64));
                     }
                 }
@@ -559,8 +559,8 @@ impl Fleet {
                     expected_start,
                     ..
                 } => self.reservations.push(Reservation {
-                    uid: uid.clone(),
-                    cluster: cluster.clone(),
+                    uid: uid.to_string(),
+                    cluster: cluster.to_string(),
                     expected_start: *expected_start,
                     created_at: self.now,
                 }),

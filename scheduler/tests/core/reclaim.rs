@@ -1,0 +1,234 @@
+//! Quota reclaim: a tidal hand-over between fleet sides, and priority preemption inside a
+//! queue at its quota.
+
+use tideway_api::{FlavorQuota, PendingReason, PoolKind, ReclaimOrder, WorkloadClass};
+use tideway_scheduler::decision::{Decision, VictimTier};
+use tideway_scheduler::input::QuotaOverride;
+use tideway_scheduler::tidal::{FleetSide, Handover};
+
+use crate::testkit::*;
+
+fn classes() -> Vec<tideway_api::PriorityClass> {
+    vec![
+        class("low", 10, tideway_api::Preemptibility::Allowed, None),
+        class("normal", 100, tideway_api::Preemptibility::Allowed, None),
+        class("high", 1000, tideway_api::Preemptibility::Allowed, None),
+    ]
+}
+
+/// One cluster with a shared pool of 4 nodes x 8 H100, queues for each side.
+fn fleet() -> Fleet {
+    let mut c = cluster("c1", "eu", "H100", 1, 4, 8);
+    c.pools = vec![pool("shared", PoolKind::Shared, "H100", 1, 4, 8)];
+    Fleet::new(
+        vec![c],
+        vec![
+            queue("train", None, &[("H100", 1000)]),
+            queue("serve", None, &[("H100", 1000)]),
+        ],
+        classes(),
+    )
+}
+
+fn side(side: FleetSide, gpus: u32, window: &str, grace: u64) -> QuotaOverride {
+    QuotaOverride {
+        queue: String::new(),
+        side: Some(side),
+        regions: Vec::new(),
+        quota: FlavorQuota::guaranteed("H100", gpus),
+        window: Some(window.into()),
+        until: None,
+        handover: Some(Handover {
+            schedule: "tide".into(),
+            boundary: t0() + chrono::Duration::hours(12),
+            next_guaranteed: None,
+            lead_seconds: 0,
+            grace_seconds: grace,
+            reclaim_order: ReclaimOrder::LeastWorkLost,
+        }),
+    }
+}
+
+fn inference(uid: &str, pods: u32) -> tideway_api::Workload {
+    let mut w = workload(uid, "serve", "normal", "H100", pods, 8);
+    w.spec.class = WorkloadClass::Inference;
+    w
+}
+
+#[test]
+fn at_the_boundary_borrowed_training_is_reclaimed_after_its_grace() {
+    let mut f = fleet();
+    // Night: training fills the whole fleet, 8 GPUs of it borrowed from inference.
+    f.overrides = vec![
+        side(FleetSide::Training, 24, "night", 120),
+        side(FleetSide::Inference, 8, "night", 120),
+    ];
+    for (i, age) in [(0, 3600), (1, 600), (2, 1800), (3, 60)] {
+        let w = with_checkpoint(workload(&format!("t{i}"), "train", "normal", "H100", 1, 8));
+        f.start_on(w, "c1", Some(f.now - chrono::Duration::seconds(age)));
+    }
+    // Morning: inference gets 24, training keeps 8; two replicas arrive.
+    f.overrides = vec![
+        side(FleetSide::Training, 8, "day", 120),
+        side(FleetSide::Inference, 24, "day", 120),
+    ];
+    f.submit(inference("serve-a", 2));
+    let out = f.cycle();
+    let Decision::Preempt {
+        victims,
+        grace_seconds,
+        cost,
+        ..
+    } = Fleet::decision(&out, "serve-a")
+    else {
+        panic!("expected a reclaim: {:?}", out.decisions);
+    };
+    assert_eq!(*grace_seconds, 120, "the schedule's checkpoint grace");
+    assert_eq!(cost.worst_tier, VictimTier::Checkpointable);
+    // Least work lost: the two that started last.
+    let mut v = victims.clone();
+    v.sort();
+    assert_eq!(v, ["t1", "t3"]);
+    // Within the grace it waits, and nothing else is evicted for it.
+    f.advance(60);
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "serve-a"),
+        Decision::Pending {
+            reason: PendingReason::WaitingForPreemption { .. },
+            ..
+        }
+    ));
+    // Grace over: the victims leave, inference starts in the next cycle.
+    f.advance(60);
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Assign { .. }),
+        "{:?}",
+        out.decisions
+    );
+}
+
+#[test]
+fn training_within_its_guarantee_is_not_reclaimed() {
+    let mut f = fleet();
+    f.overrides = vec![
+        side(FleetSide::Training, 24, "day", 120),
+        side(FleetSide::Inference, 8, "day", 120),
+    ];
+    for i in 0..3 {
+        let w = with_checkpoint(workload(&format!("t{i}"), "train", "normal", "H100", 1, 8));
+        f.start_on(w, "c1", Some(f.now));
+    }
+    // Inference asks for 16 with a guarantee of 8: only 8 free, and training is within
+    // its own 24.
+    f.submit(inference("serve-a", 2));
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Pending { .. }),
+        "{:?}",
+        out.decisions
+    );
+}
+
+#[test]
+fn inside_a_queue_at_its_quota_higher_priority_preempts_lower() {
+    let mut f = fleet();
+    f.queues = vec![queue("q", None, &[("H100", 16)])];
+    for i in 0..2 {
+        let w = workload(&format!("low{i}"), "q", "low", "H100", 1, 8);
+        f.start_on(w, "c1", Some(f.now));
+    }
+    f.submit(workload("urgent", "q", "high", "H100", 1, 8));
+    // Capacity is free (16 of 32 GPUs); the queue's quota is what blocks.
+    let out = f.cycle();
+    let Decision::Preempt { victims, .. } = Fleet::decision(&out, "urgent") else {
+        panic!("expected a preemption: {:?}", out.decisions);
+    };
+    assert_eq!(victims.len(), 1);
+    // The next cycle waits for that victim instead of taking another.
+    f.advance(1);
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "urgent"),
+        Decision::Pending {
+            reason: PendingReason::WaitingForPreemption { .. },
+            ..
+        }
+    ));
+    f.advance(600);
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "urgent"),
+        Decision::Assign { .. }
+    ));
+    // Equal priority does not preempt within the queue.
+    let mut f = fleet();
+    f.queues = vec![queue("q", None, &[("H100", 8)])];
+    f.start_on(
+        workload("a", "q", "normal", "H100", 1, 8),
+        "c1",
+        Some(f.now),
+    );
+    f.submit(workload("b", "q", "normal", "H100", 1, 8));
+    let out = f.cycle();
+    assert!(matches!(
+        Fleet::decision(&out, "b"),
+        Decision::Pending {
+            reason: PendingReason::QuotaExhausted { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn within_the_lead_time_the_losing_side_starts_only_what_fits_before_the_boundary() {
+    let mut f = fleet();
+    let boundary = f.now + chrono::Duration::minutes(10);
+    let mut training = side(FleetSide::Training, 24, "night", 120);
+    if let Some(h) = training.handover.as_mut() {
+        h.boundary = boundary;
+        h.next_guaranteed = Some(8);
+        h.lead_seconds = 900;
+    }
+    f.overrides = vec![training, side(FleetSide::Inference, 8, "night", 120)];
+    f.start_on(
+        workload("running", "train", "normal", "H100", 1, 8),
+        "c1",
+        Some(f.now),
+    );
+    f.submit(with_runtime(
+        workload("long", "train", "normal", "H100", 1, 8),
+        7200,
+    ));
+    f.submit(with_runtime(
+        workload("short", "train", "normal", "H100", 1, 8),
+        300,
+    ));
+    f.submit(with_checkpoint(with_runtime(
+        workload("ckpt", "train", "normal", "H100", 1, 8),
+        7200,
+    )));
+    let out = f.cycle();
+    match Fleet::decision(&out, "long") {
+        Decision::Pending {
+            reason: PendingReason::Queued,
+            explanation,
+            ..
+        } => assert_eq!(
+            explanation.unblock,
+            tideway_scheduler::explain::Unblock::WindowClosing {
+                boundary,
+                estimate_seconds: 7200
+            }
+        ),
+        other => panic!("long: {other:?}"),
+    }
+    for uid in ["short", "ckpt"] {
+        assert!(
+            matches!(Fleet::decision(&out, uid), Decision::Assign { .. }),
+            "{uid}: {:?}",
+            out.decisions
+        );
+    }
+}
