@@ -11,6 +11,7 @@ use tideway_agent::agent::{AgentConfig, run};
 use tideway_agent::agent_file::KubeAgentFile;
 use tideway_agent::kube_backend::KubeBackend;
 use tideway_agent::sim_agent::{Layout, SimAgent, SimOptions, sim_clock};
+use tideway_api::agent::{FaultRequest, NodeFaultKind};
 use tideway_api::clock::SharedClock;
 use tokio::sync::watch;
 
@@ -59,6 +60,48 @@ pub struct AgentArgs {
     /// The token itself, for an agent started in-process (`tideway dev`).
     #[arg(skip)]
     pub token: Option<String>,
+    #[command(subcommand)]
+    pub action: Option<AgentAction>,
+}
+
+/// What `tideway agent` does instead of running an agent.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum AgentAction {
+    /// Inject a node fault into a running sim agent's cluster (tests and demos).
+    Fault {
+        /// The agent's `--listen` address.
+        #[arg(long)]
+        agent: String,
+        /// The node, as the sim layout names it (e.g. `a-r1-n0`).
+        #[arg(long)]
+        node: String,
+        /// `ecc` (checkpoint notice, node cordoned), `gpu` or `notready` (node out of
+        /// service, its work stopped now).
+        #[arg(long)]
+        kind: NodeFaultKind,
+    },
+}
+
+/// `tideway agent fault`: asks the agent at `agent` to inject the fault; prints what it hit.
+pub async fn fault(agent: &str, node: &str, kind: NodeFaultKind) -> anyhow::Result<()> {
+    let ack = tideway_api::client::Client::new(agent)?
+        .agent_fault(&FaultRequest {
+            node: node.to_string(),
+            kind,
+        })
+        .await?;
+    println!(
+        "node/{} {:?} fault injected; {} workloads affected{}",
+        ack.node,
+        ack.kind,
+        ack.affected.len(),
+        if ack.affected.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ack.affected.join(", "))
+        }
+    );
+    Ok(())
 }
 
 impl AgentArgs {
@@ -114,6 +157,9 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
             let clock = sim_clock(a.time_scale).context("--time-scale")?;
             let sim = SimAgent::build(&a.sim_options(Layout::Default, clock))?;
             let federation = a.federation(Vec::new())?;
+            let cfg = a.agent_config(&sim.cluster, &sim.region, federation);
+            // Nothing is shown before the work moved away while we were gone is stopped.
+            tideway_agent::agent::fence(&cfg, &sim.backend, &stop).await?;
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
@@ -126,7 +172,6 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
                     }
                 });
             }
-            let cfg = a.agent_config(&sim.cluster, &sim.region, federation);
             run(cfg, Arc::new(sim.backend), stop).await?;
             Ok(())
         }

@@ -188,6 +188,11 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Cordon, uncordon, drain or remove a member cluster.
+    Member {
+        #[command(subcommand)]
+        cmd: MemberCmd,
+    },
     /// Federation membership and health.
     Cluster {
         #[command(subcommand)]
@@ -208,6 +213,34 @@ pub enum Cmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum MemberCmd {
+    /// Take no new work; running work is left alone.
+    Cordon {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take new work again.
+    Uncordon {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take no new work, and checkpoint and move the work it runs to other members.
+    Drain {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Forget a member that holds no active work (drain it and stop its agent first).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
 pub enum ScheduleCmd {
     /// The current window, the next transition, and the quota per pool or queue hour by hour.
     Show {
@@ -263,6 +296,9 @@ pub struct ServerArgs {
     /// Allow `/v1/debug/partition` (tests only).
     #[arg(long, hide = true)]
     pub fault_injection: bool,
+    /// Largest `spec.template` accepted, in bytes of JSON.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_MAX_TEMPLATE_BYTES)]
+    pub max_template_bytes: usize,
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
     #[arg(long, default_value_t = 400)]
@@ -278,6 +314,15 @@ pub struct ServerArgs {
     /// Missed heartbeats (multiples of the interval) before a member is NotReady.
     #[arg(long, default_value_t = 3)]
     pub member_missed_heartbeats: u32,
+    /// A member NotReady this long is lost: its work is moved to other members.
+    #[arg(long, default_value_t = 60_000)]
+    pub member_lost_after_ms: u64,
+    /// Workloads moved off lost members per second, in the whole fleet.
+    #[arg(long, default_value_t = 20.0)]
+    pub redispatch_per_second: f64,
+    /// Workloads moved off lost members per second, off any one member.
+    #[arg(long, default_value_t = 5.0)]
+    pub redispatch_per_member_per_second: f64,
     /// Keep finished, failed and cancelled workloads readable this many seconds, then
     /// compact them out of the live state (their names become free again).
     #[arg(long, default_value_t = 3600)]
@@ -348,6 +393,10 @@ impl Cli {
         match self.cmd {
             Cmd::Server(a) => server(a).await,
             Cmd::Dev(a) => dev(a).await,
+            Cmd::Agent(crate::agent_cmd::AgentArgs {
+                action: Some(crate::agent_cmd::AgentAction::Fault { agent, node, kind }),
+                ..
+            }) => crate::agent_cmd::fault(&agent, &node, kind).await,
             Cmd::Agent(a) => {
                 let (tx, rx) = tokio::sync::watch::channel(false);
                 let run = tokio::spawn(crate::agent_cmd::agent(a, rx));
@@ -478,6 +527,7 @@ impl Cli {
                 let v = target.client()?.members().await?;
                 output::print_members(&v, output)
             }
+            Cmd::Member { cmd } => member(cmd).await,
             Cmd::Cluster { cmd } => cluster(cmd).await,
             Cmd::Schedule {
                 cmd:
@@ -495,6 +545,33 @@ impl Cli {
             Cmd::Bench { cmd } => bench::run(cmd).await,
         }
     }
+}
+
+async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
+    use tideway_api::client::MemberAction;
+    let (name, target, action) = match cmd {
+        MemberCmd::Cordon { name, target } => (name, target, Some(MemberAction::Cordon)),
+        MemberCmd::Uncordon { name, target } => (name, target, Some(MemberAction::Uncordon)),
+        MemberCmd::Drain { name, target } => (name, target, Some(MemberAction::Drain)),
+        MemberCmd::Remove { name, target } => (name, target, None),
+    };
+    let client = target.client()?;
+    match action {
+        Some(a) => {
+            let m = client.member_lifecycle(&name, a).await?;
+            let phase = m.status.map(|s| s.phase).unwrap_or_default();
+            println!(
+                "member/{} {}ed (phase {phase:?})",
+                m.metadata.name,
+                a.as_str()
+            );
+        }
+        None => {
+            let m = client.member_remove(&name).await?;
+            println!("member/{} removed", m.metadata.name);
+        }
+    }
+    Ok(())
 }
 
 fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
@@ -532,6 +609,7 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.advertise = a.advertise;
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
+    cfg.limits.max_template_bytes = a.max_template_bytes;
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;
@@ -541,6 +619,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.dispatch.retain_terminal = std::time::Duration::from_secs(a.retain_terminal);
     cfg.dispatch.compaction_interval =
         std::time::Duration::from_secs(a.retain_terminal.clamp(1, 10));
+    cfg.dispatch.member_lost_after = std::time::Duration::from_millis(a.member_lost_after_ms);
+    cfg.dispatch.redispatch_per_second = a.redispatch_per_second.max(0.1);
+    cfg.dispatch.redispatch_per_member_per_second = a.redispatch_per_member_per_second.max(0.1);
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;
@@ -609,6 +690,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             time_scale: a.time_scale,
             token_file: None,
             token: Some(token.clone()),
+            action: None,
         };
         let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
         let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());

@@ -179,3 +179,54 @@ pub struct LocalView {
     /// Every workload the cluster holds, with its local phase.
     pub workloads: Vec<LocalStatus>,
 }
+
+/// A node fault, as a sim agent injects it (`POST /v1/faults` on the agent) and as node health
+/// reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeFaultKind {
+    /// Correctable ECC errors rising: the node is likely to fail soon. Its work gets a
+    /// checkpoint notice and the node is cordoned.
+    Ecc,
+    /// A GPU fell off the bus: the node is out of service, its work is stopped now.
+    Gpu,
+    /// The node stopped answering: as a GPU fault.
+    NotReady,
+}
+
+impl std::str::FromStr for NodeFaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ecc" => Ok(Self::Ecc),
+            "gpu" => Ok(Self::Gpu),
+            "notready" | "not-ready" => Ok(Self::NotReady),
+            other => Err(format!(
+                "unknown fault kind '{other}'; use ecc, gpu or notready"
+            )),
+        }
+    }
+}
+
+/// `POST /v1/faults` on a sim agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultRequest {
+    /// The node, as the sim layout names it.
+    pub node: String,
+    /// What goes wrong with it.
+    pub kind: NodeFaultKind,
+}
+
+/// What an injected fault did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultAck {
+    /// The node the fault was injected into.
+    pub node: String,
+    /// The fault injected.
+    pub kind: NodeFaultKind,
+    /// UIDs of the workloads with a pod on the node: given a checkpoint notice (ECC) or
+    /// stopped (GPU fault, NotReady).
+    pub affected: Vec<String>,
+}

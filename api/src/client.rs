@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent::{
-    AssignmentPage, Heartbeat, HeartbeatAck, LocalView, RegisterRequest, StatusAck, StatusReport,
+    AssignmentPage, FaultAck, FaultRequest, Heartbeat, HeartbeatAck, LocalView, RegisterRequest,
+    StatusAck, StatusReport,
 };
 use crate::capacity::CapacityView;
 use crate::cluster::{
@@ -47,6 +48,9 @@ pub enum ClientError {
         /// The body, or why it could not be decoded.
         body: String,
     },
+    /// The call was not sent: an argument cannot be used (e.g. a name that is not a name).
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl ClientError {
@@ -466,6 +470,41 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Member lifecycle: `action` is `cordon` (no new work), `uncordon`, or `drain` (checkpoint
+    /// and move its work off). Answers the member as it now stands.
+    pub async fn member_lifecycle(
+        &self,
+        name: &str,
+        action: MemberAction,
+    ) -> Result<MemberCluster, ClientError> {
+        let name = checked_member(name)?;
+        self.post_json(
+            &format!("/v1/members/{name}/{}", action.as_str()),
+            &EmptyBody {},
+            30,
+        )
+        .await
+    }
+
+    /// Removes a member that holds no active work (drain it first). Answers the member as it
+    /// was.
+    pub async fn member_remove(&self, name: &str) -> Result<MemberCluster, ClientError> {
+        let name = checked_member(name)?;
+        let resp = self
+            .http
+            .delete(format!("{}/v1/members/{name}", self.addr))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// A sim agent: inject a node fault (`POST /v1/faults` on the agent's `--listen`).
+    pub async fn agent_fault(&self, req: &FaultRequest) -> Result<FaultAck, ClientError> {
+        self.post_json("/v1/faults", req, 30).await
+    }
+
     /// Fault injection (servers started with `--fault-injection` only).
     pub async fn partition(&self, blocked: &[u64]) -> Result<PartitionAck, ClientError> {
         let req = PartitionRequest {
@@ -500,6 +539,35 @@ impl Client {
             .map_err(|e| self.transport(e))?;
         self.decode(resp).await
     }
+}
+
+/// What an operator does to a member (see [`Client::member_lifecycle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberAction {
+    /// Take no new work.
+    Cordon,
+    /// Take new work again.
+    Uncordon,
+    /// Take no new work, and checkpoint and move the work it runs.
+    Drain,
+}
+
+impl MemberAction {
+    /// The verb, as in the route and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberAction::Cordon => "cordon",
+            MemberAction::Uncordon => "uncordon",
+            MemberAction::Drain => "drain",
+        }
+    }
+}
+
+/// A member name checked before it goes into a path, so it can only name a member.
+fn checked_member(name: &str) -> Result<&str, ClientError> {
+    crate::meta::validate_name(name)
+        .map(|_| name)
+        .map_err(|e| ClientError::Usage(format!("member name '{name}': {e}")))
 }
 
 /// The body of a POST that takes no arguments: `{}`.

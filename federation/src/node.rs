@@ -53,6 +53,8 @@ pub struct NodeConfig {
     /// Any member of an existing cluster, to join through. None bootstraps a new cluster.
     pub join: Option<String>,
     pub fault_injection: bool,
+    /// What the API accepts, beyond the body size.
+    pub limits: crate::server::Limits,
     pub heartbeat_ms: u64,
     pub election_timeout_ms: (u64, u64),
     pub snapshot_every: u64,
@@ -75,6 +77,7 @@ impl NodeConfig {
             data_dir: data_dir.into(),
             join: None,
             fault_injection: false,
+            limits: Default::default(),
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
@@ -147,6 +150,7 @@ impl Node {
             log_stats,
             metrics: Arc::new(Metrics::default()),
             fault_injection: cfg.fault_injection,
+            limits: cfg.limits.clone(),
             liveness: Liveness::new(cfg.clock.clone()),
             clock: cfg.clock.clone(),
             dispatch: cfg.dispatch.clone(),
@@ -160,6 +164,13 @@ impl Node {
                 state.proposer.clone(),
                 state.liveness.clone(),
                 cfg.dispatch.clone(),
+            )),
+            tokio::spawn(crate::dispatcher::recovery::recovery_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                cfg.dispatch.clone(),
+                cfg.clock.clone(),
             )),
             tokio::spawn(crate::dispatcher::cycle::schedule_loop(
                 raft.clone(),

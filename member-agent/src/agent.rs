@@ -116,6 +116,14 @@ fn member_from(cfg: &AgentConfig, digest: &CapacityDigest) -> MemberCluster {
     let mut spec = MemberClusterSpec::new(cfg.region.clone(), pools);
     spec.zone = cfg.zone.clone();
     spec.gpu_models = models;
+    // The levels its nodes are labelled with, as the backend found them: the federation places
+    // a workload requiring a level only on members that declare it.
+    for d in digest.pools.iter().flat_map(|p| &p.domains) {
+        if !spec.topology_levels.contains(&d.level) {
+            spec.topology_levels.push(d.level);
+        }
+    }
+    spec.topology_levels.sort();
     let mut m = MemberCluster::new(cfg.cluster.clone(), spec);
     m.metadata.labels = cfg.labels.clone();
     m
@@ -311,6 +319,45 @@ async fn report_statuses<B: Backend>(
     }
 }
 
+/// Fencing after a (re)start: before the cluster's work is shown or reported, stop every
+/// workload the federation has taken away from this member while the agent was gone (its
+/// assignment is `Desired::Cancel`: the work was moved elsewhere). Waits for a federation node
+/// to answer; a member the federation does not know has nothing to stop.
+pub async fn fence<B: Backend>(
+    cfg: &AgentConfig,
+    backend: &B,
+    stop: &watch::Receiver<bool>,
+) -> Result<usize, AgentError> {
+    let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
+    loop {
+        if *stop.borrow() {
+            return Ok(0);
+        }
+        let c = fed.current();
+        match c.assignments(&cfg.cluster, 0, 0).await {
+            Ok(page) => {
+                let mut stopped = 0;
+                for rec in page.items.iter().filter(|r| r.desired == Desired::Cancel) {
+                    let uid = rec.assignment.uid();
+                    match backend.remove(uid).await {
+                        Ok(()) => stopped += 1,
+                        Err(e) => tracing::warn!(%uid, error = %e, "cannot stop fenced work"),
+                    }
+                }
+                if stopped > 0 {
+                    tracing::info!(stopped, "stopped work the federation moved elsewhere");
+                }
+                return Ok(stopped);
+            }
+            Err(e) if e.is_not_found() => return Ok(0),
+            Err(e) => {
+                fed.rotate(c, &e);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 /// Runs the agent until `stop` turns true.
 pub async fn run<B: Backend>(
     cfg: AgentConfig,
@@ -318,6 +365,7 @@ pub async fn run<B: Backend>(
     stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
     let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
+    fence(&cfg, backend.as_ref(), &stop).await?;
     register(&cfg, &fed, backend.as_ref(), &stop).await?;
     let tasks = vec![
         tokio::spawn(heartbeats(

@@ -6,7 +6,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use tideway_api::agent::LocalView;
+use tideway_api::Problem;
+use tideway_api::agent::{FaultAck, FaultRequest, LocalView};
 
 use crate::backend::Backend;
 use crate::sim::SimBackend;
@@ -22,6 +23,7 @@ pub fn router(backend: SimBackend, cluster: String) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/local", get(local))
+        .route("/v1/faults", axum::routing::post(inject_fault))
         .with_state(ViewState { backend, cluster })
 }
 
@@ -42,4 +44,25 @@ async fn local(State(v): State<ViewState>) -> Result<Json<LocalView>, (StatusCod
         creations,
         workloads,
     }))
+}
+
+/// `POST /v1/faults`: injects a node fault into the sim cluster (tests and demos).
+async fn inject_fault(
+    State(v): State<ViewState>,
+    Json(req): Json<FaultRequest>,
+) -> Result<Json<FaultAck>, (StatusCode, Json<Problem>)> {
+    match v.backend.node_fault(&req.node, req.kind) {
+        Ok(affected) => Ok(Json(FaultAck {
+            node: req.node,
+            kind: req.kind,
+            affected,
+        })),
+        Err(e) => Err((
+            StatusCode::BAD_REQUEST,
+            Json(
+                Problem::new("invalid", "The fault cannot be injected", 400)
+                    .with_detail(e.to_string()),
+            ),
+        )),
+    }
 }

@@ -121,6 +121,7 @@ fn cluster(i: usize, rng: &mut Rng) -> (ClusterView, Vec<(String, String)>) {
                 domains,
             }],
         },
+        declared_levels: None,
     };
     (view, racks.into_iter().map(|r| (name.clone(), r)).collect())
 }

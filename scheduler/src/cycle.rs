@@ -50,10 +50,24 @@ pub struct ClusterState {
     pub region: String,
     pub ready: bool,
     pub pools: Vec<PoolState>,
+    /// The levels the member declares, if it declares any (see [`ClusterView`]).
+    pub declared_levels: Option<Vec<TopologyLevel>>,
     /// Bumped whenever capacity is taken; cached fit answers carry the version they saw.
     pub version: u64,
     /// Seeded tie-break key of this cluster for this cycle.
     pub tie: u64,
+}
+
+impl ClusterState {
+    /// Whether the member declares `level` (a member that declares nothing is judged by its
+    /// digest alone; node level needs no label).
+    pub fn declares(&self, level: TopologyLevel) -> bool {
+        level == TopologyLevel::Node
+            || self
+                .declared_levels
+                .as_ref()
+                .is_none_or(|levels| levels.contains(&level))
+    }
 }
 
 /// Where a workload's groups fit in one cluster, and how well.
@@ -318,6 +332,7 @@ impl<'a> Cycle<'a> {
                 region: c.region.clone(),
                 ready: c.ready,
                 pools: c.digest.pools.iter().map(PoolState::from_digest).collect(),
+                declared_levels: c.declared_levels.clone(),
                 version: 0,
                 tie: tie_break(input.seed, &c.name),
             })

@@ -53,6 +53,11 @@ pub struct ClusterView {
     /// Ready members take new work; others are only reported in explanations.
     pub ready: bool,
     pub digest: CapacityDigest,
+    /// The topology levels the member declares its nodes are labelled with; `None` when it
+    /// declares none, and then only the domains in its digest count. A required level the
+    /// member does not declare is never placed there, whatever the digest shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_levels: Option<Vec<TopologyLevel>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

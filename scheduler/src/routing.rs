@@ -122,7 +122,9 @@ impl Cycle<'_> {
                     }
                     match need.level {
                         Some(level)
-                            if need.required && !pools.iter().any(|p| p.supports(level)) =>
+                            if need.required
+                                && (!c.declares(level)
+                                    || !pools.iter().any(|p| p.supports(level))) =>
                         {
                             Some(Verdict::TopologyUnsupported { level })
                         }

@@ -68,6 +68,7 @@ pub fn build_input(
                 .as_ref()
                 .is_some_and(|s| s.phase.accepts_work()),
             digest,
+            declared_levels: Some(rec.cluster.spec.topology_levels.clone()),
         });
     }
     let mut pending = Vec::new();

@@ -211,8 +211,12 @@ pub async fn health_monitor(
             d.state
                 .members
                 .iter()
+                // Cordoned and draining members are live too, and can go silent.
                 .filter(|(_, m)| {
-                    m.cluster.status.as_ref().map(|s| s.phase) == Some(MemberPhase::Ready)
+                    m.cluster
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.phase != MemberPhase::NotReady)
                 })
                 .map(|(n, _)| n.clone())
                 .collect()

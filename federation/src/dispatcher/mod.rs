@@ -12,6 +12,7 @@ pub mod cycle;
 mod cycle_tests;
 pub mod estimates;
 pub mod liveness;
+pub mod recovery;
 pub mod retention;
 pub mod tidal;
 
@@ -32,6 +33,12 @@ pub struct DispatchConfig {
     pub retain_terminal: Duration,
     /// How often the leader looks for terminal workloads past their retention.
     pub compaction_interval: Duration,
+    /// A member NotReady this long (since its last heartbeat) is lost: its work moves.
+    pub member_lost_after: Duration,
+    /// Workloads moved off lost members, at most this many a second in the whole fleet...
+    pub redispatch_per_second: f64,
+    /// ...and this many a second off any one member.
+    pub redispatch_per_member_per_second: f64,
 }
 
 impl Default for DispatchConfig {
@@ -44,6 +51,9 @@ impl Default for DispatchConfig {
             cycle_interval: Duration::from_millis(500),
             retain_terminal: Duration::from_secs(3600),
             compaction_interval: Duration::from_secs(10),
+            member_lost_after: Duration::from_secs(60),
+            redispatch_per_second: 20.0,
+            redispatch_per_member_per_second: 5.0,
         }
     }
 }

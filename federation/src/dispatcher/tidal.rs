@@ -142,6 +142,7 @@ pub fn cluster_views(state: &FederationState) -> Vec<ClusterView> {
                     .as_ref()
                     .is_some_and(|s| s.phase.accepts_work()),
                 digest: rec.digest.clone()?,
+                declared_levels: Some(rec.cluster.spec.topology_levels.clone()),
             })
         })
         .collect()

@@ -19,9 +19,7 @@ pub async fn apply(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<AnyResource>, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
-    let ct = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+    let ct = super::workloads::content_type(&headers)?;
     let res = tideway_api::decode_resource(&body, ct)
         .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
     res.validate()

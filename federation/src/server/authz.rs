@@ -81,6 +81,17 @@ impl Access {
             return Ok(());
         }
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // Member lifecycle is an operator's act, never an agent's: an agent must not be able
+        // to take its own cluster out of service (or put it back) on the fleet's behalf.
+        if let ["v1", "members", _, verb] = segs.as_slice()
+            && matches!(*verb, "cordon" | "uncordon" | "drain")
+        {
+            return if self.operator && self.agent_of.is_none() {
+                Ok(())
+            } else {
+                Err(format!("{verb} needs the operator role"))
+            };
+        }
         // The agent plane: only its own cluster, and nothing else.
         if let ["v1", "members", name, _verb] = segs.as_slice() {
             return if self.may_act_for(name) {
@@ -186,6 +197,11 @@ mod tests {
         assert!(agent.route(&post, "/v1/members/register").is_ok());
         assert!(sub.route(&post, "/v1/members/register").is_err());
         assert!(sub.route(&post, "/v1/members/sim-eu/status").is_err());
+        assert!(op.route(&post, "/v1/members/sim-eu/drain").is_ok());
+        assert!(op.route(&post, "/v1/members/sim-eu/cordon").is_ok());
+        assert!(agent.route(&post, "/v1/members/sim-eu/cordon").is_err());
+        assert!(sub.route(&post, "/v1/members/sim-eu/drain").is_err());
+        assert!(op.route(&Method::DELETE, "/v1/members/sim-eu").is_err());
     }
 
     #[test]

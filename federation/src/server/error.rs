@@ -66,6 +66,7 @@ impl From<Rejection> for ApiError {
                 "workload '{name}' already {}; it can no longer be cancelled",
                 phase.as_str()
             )),
+            Rejection::Busy { reason } => ApiError::Conflict(reason),
         }
     }
 }

@@ -174,14 +174,23 @@ pub async fn status(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<StatusAck>, ApiError> {
     let report: StatusReport = json_body(body)?;
-    if report.statuses.is_empty() {
+    // Only what would change something is proposed: a replayed report, or one for an unknown
+    // member or workload, is acknowledged without a log entry.
+    let statuses = st.read(|d| {
+        report
+            .statuses
+            .into_iter()
+            .filter(|s| d.state.status_takes_effect(&name, s))
+            .collect::<Vec<_>>()
+    })?;
+    if statuses.is_empty() {
         return Ok(Json(StatusAck { updated: 0 }));
     }
     let res = st
         .proposer
         .propose(Command::ReportStatus {
             cluster: name.into(),
-            statuses: report.statuses,
+            statuses,
         })
         .await?;
     match res {

@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod explain;
 pub mod internal;
+pub mod lifecycle;
 pub mod members;
 pub mod metrics;
 pub mod schedules;
@@ -19,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use openraft::ReadPolicy;
 use tideway_api::clock::SharedClock;
 
@@ -38,6 +39,24 @@ use self::error::ApiError;
 /// Request bodies larger than this are refused with 413 before they are parsed.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// What the API accepts beyond the body size: every node stores every accepted workload, so
+/// the parts passed through untouched are capped.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// `spec.template`, encoded as JSON, at most this many bytes.
+    pub max_template_bytes: usize,
+}
+
+pub const DEFAULT_MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_template_bytes: DEFAULT_MAX_TEMPLATE_BYTES,
+        }
+    }
+}
+
 /// Everything a request handler needs, cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -49,6 +68,7 @@ pub struct AppState {
     pub log_stats: Arc<LogStats>,
     pub metrics: Arc<Metrics>,
     pub fault_injection: bool,
+    pub limits: Limits,
     pub liveness: Liveness,
     pub dispatch: DispatchConfig,
     /// The leader's last scheduling cycle, for `explain`.
@@ -126,6 +146,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/members/{name}/heartbeat", post(members::heartbeat))
         .route("/v1/members/{name}/assignments", get(members::assignments))
         .route("/v1/members/{name}/status", post(members::status))
+        .route("/v1/members/{name}", delete(lifecycle::remove))
+        .route("/v1/members/{name}/cordon", post(lifecycle::cordon))
+        .route("/v1/members/{name}/uncordon", post(lifecycle::uncordon))
+        .route("/v1/members/{name}/drain", post(lifecycle::drain))
         .route("/v1/capacity", get(members::capacity))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/join", post(cluster::join))

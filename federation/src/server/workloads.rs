@@ -14,7 +14,7 @@ use tideway_api::{API_VERSION, Validate, Workload, WorkloadPhase};
 use super::authz::{self, Access};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
-use crate::state::command::{Command, CommandResult, StoredObject};
+use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 256;
@@ -49,17 +49,40 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
     }
 }
 
+/// The Content-Type a client sent, if any. A value that is not visible ASCII is refused with
+/// 415 rather than read as if it were absent (and so taken for JSON).
+pub fn content_type(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    match headers.get(header::CONTENT_TYPE) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s).filter(|s| !s.is_empty()))
+            .map_err(|_| ApiError::UnsupportedMediaType(format!("{:?}", v.as_bytes()))),
+    }
+}
+
 /// Decodes a workload from JSON or YAML, as the Content-Type says.
 pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .unwrap_or("application/json");
+    let ct = content_type(headers)?.unwrap_or("application/json");
     if tideway_api::Format::from_content_type(ct).is_none() {
         return Err(ApiError::UnsupportedMediaType(ct.to_string()));
     }
     tideway_api::decode_any(body, Some(ct)).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
+}
+
+/// Refuses a `spec.template` larger than `max` bytes of JSON, naming the field.
+fn check_template(w: &Workload, max: usize) -> Result<(), ApiError> {
+    let Some(t) = &w.spec.template else {
+        return Ok(());
+    };
+    let len = serde_json::to_vec(t).map_or(usize::MAX, |b| b.len());
+    if len > max {
+        return Err(ApiError::field(
+            "spec.template",
+            format!("is {len} bytes as JSON; at most {max} are accepted"),
+        ));
+    }
+    Ok(())
 }
 
 pub async fn submit(
@@ -86,12 +109,19 @@ pub async fn submit(
     }
     w.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    check_template(&w, st.limits.max_template_bytes)?;
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
         match d.state.replay(&key, &w) {
             Some(Ok(existing)) => return Ok(Some(existing.clone())),
             Some(Err(rejection)) => return Err(ApiError::from(rejection)),
             None => {}
+        }
+        // A taken name is refused here, so a refused submission writes nothing to the log.
+        if d.state.workloads.contains_key(&w.metadata.name) {
+            return Err(ApiError::from(Rejection::Conflict {
+                name: w.metadata.name.clone(),
+            }));
         }
         let mut errs = d.state.check_references(&w);
         errs.extend(d.state.check_permissions(&w));

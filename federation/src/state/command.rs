@@ -107,6 +107,20 @@ pub enum Command {
         priority_class: Box<PriorityClass>,
         at: DateTime<Utc>,
     },
+    /// An operator cordons, drains or uncordons a member.
+    SetMemberIntent {
+        name: String,
+        intent: super::members::MemberIntent,
+        at: DateTime<Utc>,
+    },
+    /// The leader moves work off a lost member: fence the old attempts, requeue the work.
+    RecoverWorkloads {
+        cluster: String,
+        uids: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    /// An operator removes a member that holds no active work.
+    RemoveMember { name: String, at: DateTime<Utc> },
     /// Create or replace a quota schedule; apply records the window open at `at`.
     PutQuotaSchedule {
         schedule: Box<QuotaSchedule>,
@@ -186,6 +200,8 @@ pub enum Rejection {
     IdempotencyKeyReused { key: String, workload: String },
     /// The workload already finished; it cannot be changed any more.
     Terminal { name: String, phase: WorkloadPhase },
+    /// The object is in a state that does not allow the change now.
+    Busy { reason: String },
 }
 
 /// An object as the state machine stored it.

@@ -22,7 +22,38 @@ pub struct MemberRecord {
     pub cluster: MemberCluster,
     /// The last replicated digest (coalesced: not every heartbeat's).
     pub digest: Option<CapacityDigest>,
+    /// What the operator wants of the member, kept apart from its liveness so a member that
+    /// goes NotReady and comes back is still cordoned.
+    #[serde(default)]
+    pub intent: MemberIntent,
 }
+
+/// An operator's word on a member: take new work, take none, or also move its work off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberIntent {
+    #[default]
+    Schedulable,
+    Cordoned,
+    Draining,
+}
+
+impl MemberIntent {
+    /// The phase a live (heartbeating) member with this intent shows.
+    pub fn live_phase(self) -> MemberPhase {
+        match self {
+            MemberIntent::Schedulable => MemberPhase::Ready,
+            MemberIntent::Cordoned => MemberPhase::Cordoned,
+            MemberIntent::Draining => MemberPhase::Draining,
+        }
+    }
+}
+
+/// A workload whose member is lost after this many dispatches fails instead of moving again.
+pub const MAX_ATTEMPTS_ON_LOSS: u32 = 3;
+
+/// How long a drained workload is given to checkpoint and stop before it is moved.
+pub const DRAIN_GRACE_SECONDS: u64 = 60;
 
 fn rejected(field: &str, reason: String) -> CommandResult {
     CommandResult::Rejected {
@@ -42,12 +73,13 @@ impl FederationState {
     ) -> CommandResult {
         let name = member.metadata.name.clone();
         let prev = self.members.get(&name);
+        let intent = prev.map(|p| p.intent).unwrap_or_default();
         member.metadata.resource_version = Some(index);
         member.metadata.creation_timestamp = prev
             .and_then(|p| p.cluster.metadata.creation_timestamp)
             .or(Some(at));
         member.status = Some(MemberClusterStatus {
-            phase: MemberPhase::Ready,
+            phase: intent.live_phase(),
             last_heartbeat: Some(at),
             message: Some("registered".into()),
             agent_version,
@@ -58,6 +90,7 @@ impl FederationState {
             MemberRecord {
                 cluster: member.clone(),
                 digest,
+                intent,
             },
         );
         CommandResult::Created {
@@ -81,7 +114,12 @@ impl FederationState {
         };
         rec.cluster.metadata.resource_version = Some(index);
         let status = rec.cluster.status.get_or_insert_with(Default::default);
-        status.phase = phase;
+        // A member coming back shows what the operator asked of it.
+        status.phase = if phase == MemberPhase::NotReady {
+            phase
+        } else {
+            rec.intent.live_phase()
+        };
         status.message = message;
         if phase == MemberPhase::Ready {
             status.last_heartbeat = Some(at);
@@ -109,6 +147,175 @@ impl FederationState {
         rec.digest = Some(digest);
         CommandResult::Created {
             object: StoredObject::MemberCluster(Box::new(rec.cluster.clone())),
+        }
+    }
+
+    /// Whether setting `intent` on member `name` would change anything; `None` when the member
+    /// is unknown. The API checks this before proposing.
+    pub fn intent_changes(&self, name: &str, intent: MemberIntent) -> Option<bool> {
+        let rec = self.members.get(name)?;
+        Some(rec.intent != intent || (intent == MemberIntent::Draining && self.has_running(name)))
+    }
+
+    /// Whether a member still holds work it was told to run.
+    fn has_running(&self, name: &str) -> bool {
+        self.assignments
+            .get(name)
+            .is_some_and(|m| m.values().any(|r| r.desired == Desired::Run))
+    }
+
+    /// Cordons, drains or uncordons a member. Draining sends every workload it runs a
+    /// checkpoint notice (the preemption notice, so the agent checkpoints and stops it); the
+    /// agent's report of the stop requeues the workload, and the scheduler places it elsewhere.
+    pub(super) fn set_member_intent(
+        &mut self,
+        name: &str,
+        intent: MemberIntent,
+        index: u64,
+    ) -> CommandResult {
+        let Some(rec) = self.members.get_mut(name) else {
+            return rejected(
+                "metadata.name",
+                format!("member cluster '{name}' is not registered"),
+            );
+        };
+        rec.intent = intent;
+        rec.cluster.metadata.resource_version = Some(index);
+        let status = rec.cluster.status.get_or_insert_with(Default::default);
+        if status.phase != MemberPhase::NotReady {
+            status.phase = intent.live_phase();
+        }
+        status.message = Some(
+            match intent {
+                MemberIntent::Schedulable => "uncordoned",
+                MemberIntent::Cordoned => "cordoned: no new work",
+                MemberIntent::Draining => "draining: work is checkpointed and moved",
+            }
+            .into(),
+        );
+        let member = rec.cluster.clone();
+        if intent == MemberIntent::Draining {
+            let uids: Vec<String> = self
+                .assignments
+                .get(name)
+                .map(|m| {
+                    m.iter()
+                        .filter(|(_, r)| r.desired == Desired::Run)
+                        .map(|(u, _)| u.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for uid in uids {
+                if let Some(rec) = self.assignments.get_mut(name).and_then(|m| m.get_mut(&uid)) {
+                    rec.desired = Desired::Preempt {
+                        grace_seconds: DRAIN_GRACE_SECONDS,
+                    };
+                    rec.revision = index;
+                }
+                if let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get_mut(n)) {
+                    if let Some(st) = w.status.as_mut() {
+                        st.message = Some(format!(
+                            "{name} is draining: checkpoint and stop within {DRAIN_GRACE_SECONDS} s, then move"
+                        ));
+                    }
+                    w.metadata.resource_version = Some(index);
+                }
+            }
+        }
+        CommandResult::Created {
+            object: StoredObject::MemberCluster(Box::new(member)),
+        }
+    }
+
+    /// Moves work off a lost member. Each old assignment is fenced: `Desired::Cancel` for its
+    /// attempt, so the member is told to stop it when it comes back, and its reports for that
+    /// attempt are refused. The workload goes back to the queue to resume from its last
+    /// checkpoint elsewhere, or fails once it has been dispatched [`MAX_ATTEMPTS_ON_LOSS`]
+    /// times.
+    pub(super) fn recover_workloads(
+        &mut self,
+        cluster: &str,
+        uids: &[String],
+        index: u64,
+    ) -> CommandResult {
+        let mut changed = 0u32;
+        for uid in uids {
+            let Some(rec) = self
+                .assignments
+                .get_mut(cluster)
+                .and_then(|m| m.get_mut(uid))
+            else {
+                continue;
+            };
+            if !(rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. })) {
+                continue;
+            }
+            rec.desired = Desired::Cancel;
+            rec.revision = index;
+            let attempt = rec.assignment.attempt;
+            self.scheduling.preempting.remove(uid);
+            self.scheduling.placements.remove(uid);
+            changed += 1;
+            let Some(w) = self.uids.get(uid).and_then(|n| self.workloads.get_mut(n)) else {
+                continue;
+            };
+            w.metadata.resource_version = Some(index);
+            let st = w.status.get_or_insert_with(Default::default);
+            if st.phase.is_terminal() {
+                continue;
+            }
+            st.cluster = None;
+            st.started_at = None;
+            st.nodes.clear();
+            if st.attempts >= MAX_ATTEMPTS_ON_LOSS {
+                st.phase = WorkloadPhase::Failed;
+                st.finished_at = self.clock;
+                st.message = Some(format!(
+                    "member {cluster} lost during attempt {attempt}; {} attempts spent",
+                    st.attempts
+                ));
+            } else {
+                st.phase = WorkloadPhase::Pending;
+                st.pending_reason = Some(PendingReason::Queued);
+                st.message = Some(format!(
+                    "member {cluster} lost during attempt {attempt}: moving, from the last checkpoint"
+                ));
+            }
+        }
+        CommandResult::Updated { count: changed }
+    }
+
+    /// Why member `name` cannot be removed now, if it cannot.
+    pub fn removal_blocked(&self, name: &str) -> Option<String> {
+        let active = self
+            .assignments
+            .get(name)
+            .map(|m| m.values().filter(|r| r.desired != Desired::Cancel).count())
+            .unwrap_or(0);
+        (active > 0).then(|| {
+            format!("member cluster '{name}' still holds {active} workloads; drain it first")
+        })
+    }
+
+    /// Forgets a member that holds no active work (its finished assignments go with it).
+    pub(super) fn remove_member(&mut self, name: &str) -> CommandResult {
+        if !self.members.contains_key(name) {
+            return rejected(
+                "metadata.name",
+                format!("member cluster '{name}' is not registered"),
+            );
+        }
+        if let Some(why) = self.removal_blocked(name) {
+            return CommandResult::Rejected {
+                rejection: Rejection::Busy { reason: why },
+            };
+        }
+        self.assignments.remove(name);
+        match self.members.remove(name) {
+            Some(rec) => CommandResult::Created {
+                object: StoredObject::MemberCluster(Box::new(rec.cluster)),
+            },
+            None => CommandResult::Updated { count: 0 },
         }
     }
 
@@ -179,6 +386,9 @@ impl FederationState {
     ) -> CommandResult {
         let mut changed = 0u32;
         for st in statuses {
+            if !self.status_takes_effect(cluster, &st) {
+                continue;
+            }
             let Some(rec) = self
                 .assignments
                 .get_mut(cluster)
@@ -186,11 +396,6 @@ impl FederationState {
             else {
                 continue;
             };
-            let preempting = matches!(rec.desired, Desired::Preempt { .. });
-            if rec.assignment.attempt != st.attempt || !(rec.desired == Desired::Run || preempting)
-            {
-                continue;
-            }
             let Some(name) = self.uids.get(&st.uid) else {
                 continue;
             };
@@ -199,9 +404,6 @@ impl FederationState {
             };
             let retry_limit = w.spec.retry_limit.unwrap_or(0);
             let status = w.status.get_or_insert_with(Default::default);
-            if status.phase.is_terminal() {
-                continue;
-            }
             let requeue = |status: &mut tideway_api::WorkloadStatus, why: String| {
                 status.phase = WorkloadPhase::Pending;
                 status.pending_reason = Some(PendingReason::Queued);
@@ -263,6 +465,35 @@ impl FederationState {
             changed += 1;
         }
         CommandResult::Updated { count: changed }
+    }
+
+    /// Whether a status report would change anything: it names a live assignment of this
+    /// cluster at its current attempt, of a workload that is not finished, and says something
+    /// new. The API checks this before proposing, so a report that changes nothing writes
+    /// nothing to the log; apply checks it again, in log order.
+    pub fn status_takes_effect(&self, cluster: &str, st: &LocalStatus) -> bool {
+        let Some(rec) = self.assignments.get(cluster).and_then(|m| m.get(&st.uid)) else {
+            return false;
+        };
+        let live = rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. });
+        if rec.assignment.attempt != st.attempt || !live {
+            return false;
+        }
+        let Some(w) = self.uids.get(&st.uid).and_then(|n| self.workloads.get(n)) else {
+            return false;
+        };
+        let phase = w.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        match st.phase {
+            _ if phase.is_terminal() => false,
+            LocalPhase::Pending => false,
+            // Still running: news only if it names nodes not yet recorded (pods bound late).
+            LocalPhase::Running => {
+                phase != WorkloadPhase::Running
+                    || (!st.nodes.is_empty()
+                        && w.status.as_ref().is_some_and(|s| s.nodes != st.nodes))
+            }
+            _ => true,
+        }
     }
 
     /// Assignments of `cluster` changed after `after`, in revision order.
@@ -389,6 +620,28 @@ mod tests {
     }
 
     #[test]
+    fn only_reports_that_change_something_take_effect() {
+        let mut s = setup(None);
+        let st = |uid: &str, attempt, phase| LocalStatus {
+            uid: uid.into(),
+            attempt,
+            phase,
+            since: t(9),
+            nodes: vec![],
+        };
+        assert!(s.status_takes_effect("a", &st("u1", 1, LocalPhase::Running)));
+        assert!(!s.status_takes_effect("zz", &st("u1", 1, LocalPhase::Running)));
+        assert!(!s.status_takes_effect("a", &st("nope", 1, LocalPhase::Running)));
+        assert!(!s.status_takes_effect("a", &st("u1", 2, LocalPhase::Running)));
+        assert!(!s.status_takes_effect("a", &st("u1", 1, LocalPhase::Pending)));
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert!(!s.status_takes_effect("a", &st("u1", 1, LocalPhase::Running)));
+        assert!(s.status_takes_effect("a", &st("u1", 1, LocalPhase::Succeeded)));
+        report(&mut s, 5, 1, LocalPhase::Succeeded);
+        assert!(!s.status_takes_effect("a", &st("u1", 1, LocalPhase::Succeeded)));
+    }
+
+    #[test]
     fn running_work_records_its_nodes_until_it_stops() {
         let mut s = setup(None);
         let nodes = vec![tideway_api::NodeGpus {
@@ -432,6 +685,201 @@ mod tests {
         // A late report from attempt 1 must not touch attempt 2.
         report(&mut s, 7, 1, LocalPhase::Succeeded);
         assert_eq!(phase(&s), WorkloadPhase::Assigned);
+    }
+
+    fn intent(s: &mut FederationState, idx: u64, intent: MemberIntent) -> CommandResult {
+        s.apply(
+            idx,
+            Command::SetMemberIntent {
+                name: "a".into(),
+                intent,
+                at: t(idx as i64),
+            },
+        )
+    }
+
+    fn member_phase(s: &FederationState) -> MemberPhase {
+        s.members["a"]
+            .cluster
+            .status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn cordon_survives_health_changes_and_reregistration_and_blocks_assignment() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert_eq!(s.intent_changes("a", MemberIntent::Cordoned), Some(true));
+        intent(&mut s, 5, MemberIntent::Cordoned);
+        assert_eq!(member_phase(&s), MemberPhase::Cordoned);
+        assert_eq!(s.intent_changes("a", MemberIntent::Cordoned), Some(false));
+        assert_eq!(s.intent_changes("zz", MemberIntent::Cordoned), None);
+        assert_eq!(
+            phase(&s),
+            WorkloadPhase::Running,
+            "running work is left alone"
+        );
+        for (idx, p) in [(6, MemberPhase::NotReady), (7, MemberPhase::Ready)] {
+            s.apply(
+                idx,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: p,
+                    message: None,
+                    at: t(idx as i64),
+                },
+            );
+        }
+        assert_eq!(
+            member_phase(&s),
+            MemberPhase::Cordoned,
+            "back, still cordoned"
+        );
+        s.apply(
+            8,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(8),
+            },
+        );
+        assert_eq!(
+            member_phase(&s),
+            MemberPhase::Cordoned,
+            "re-registered, still cordoned"
+        );
+        report(&mut s, 9, 1, LocalPhase::Evicted { reason: "x".into() });
+        let res = s.apply(
+            10,
+            Command::Assign {
+                workload: "job".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(10),
+            },
+        );
+        assert!(matches!(res, CommandResult::Rejected { .. }), "{res:?}");
+        intent(&mut s, 11, MemberIntent::Schedulable);
+        assert_eq!(member_phase(&s), MemberPhase::Ready);
+    }
+
+    #[test]
+    fn drain_sends_checkpoint_notices_then_requeues_and_remove_waits_for_it() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        let res = s.apply(
+            5,
+            Command::RemoveMember {
+                name: "a".into(),
+                at: t(5),
+            },
+        );
+        assert!(
+            matches!(
+                res,
+                CommandResult::Rejected {
+                    rejection: Rejection::Busy { .. }
+                }
+            ),
+            "{res:?}"
+        );
+        intent(&mut s, 6, MemberIntent::Draining);
+        assert_eq!(member_phase(&s), MemberPhase::Draining);
+        let rec = &s.assignments["a"]["u1"];
+        assert_eq!(
+            rec.desired,
+            Desired::Preempt {
+                grace_seconds: DRAIN_GRACE_SECONDS
+            }
+        );
+        assert_eq!(rec.revision, 6, "the agent sees the notice");
+        assert_eq!(s.intent_changes("a", MemberIntent::Draining), Some(false));
+        report(
+            &mut s,
+            7,
+            1,
+            LocalPhase::Evicted {
+                reason: "drained".into(),
+            },
+        );
+        assert_eq!(
+            phase(&s),
+            WorkloadPhase::Pending,
+            "moved: back to the queue"
+        );
+        assert!(s.removal_blocked("a").is_none());
+        let res = s.apply(
+            8,
+            Command::RemoveMember {
+                name: "a".into(),
+                at: t(8),
+            },
+        );
+        assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");
+        assert!(!s.members.contains_key("a") && !s.assignments.contains_key("a"));
+    }
+
+    #[test]
+    fn a_lost_member_s_work_is_fenced_requeued_and_fails_after_the_cap() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        let recover = |s: &mut FederationState, idx: u64| {
+            s.apply(
+                idx,
+                Command::RecoverWorkloads {
+                    cluster: "a".into(),
+                    uids: vec!["u1".into(), "unknown".into()],
+                    at: t(idx as i64),
+                },
+            )
+        };
+        assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 1 });
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+        let rec = &s.assignments["a"]["u1"];
+        assert_eq!(
+            (rec.desired.clone(), rec.revision),
+            (Desired::Cancel, 5),
+            "fenced"
+        );
+        // The member comes back and reports the old attempt: refused.
+        assert!(!s.status_takes_effect(
+            "a",
+            &LocalStatus {
+                uid: "u1".into(),
+                attempt: 1,
+                phase: LocalPhase::Succeeded,
+                since: t(6),
+                nodes: vec![],
+            }
+        ));
+        assert_eq!(
+            recover(&mut s, 6),
+            CommandResult::Updated { count: 0 },
+            "once"
+        );
+        for (idx, attempt) in [(7, 2), (9, 3)] {
+            s.apply(
+                idx,
+                Command::Assign {
+                    workload: "job".into(),
+                    cluster: "a".into(),
+                    pool: None,
+                    at: t(idx as i64),
+                },
+            );
+            assert_eq!(s.assignments["a"]["u1"].assignment.attempt, attempt);
+            recover(&mut s, idx + 1);
+        }
+        assert_eq!(
+            phase(&s),
+            WorkloadPhase::Failed,
+            "three dispatches lost: the cap"
+        );
     }
 
     #[test]

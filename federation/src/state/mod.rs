@@ -274,6 +274,18 @@ impl FederationState {
                     object: StoredObject::PriorityClass(priority_class),
                 }
             }
+            Command::SetMemberIntent { name, intent, at } => {
+                self.tick(at);
+                self.set_member_intent(&name, intent, index)
+            }
+            Command::RecoverWorkloads { cluster, uids, at } => {
+                self.tick(at);
+                self.recover_workloads(&cluster, &uids, index)
+            }
+            Command::RemoveMember { name, at } => {
+                self.tick(at);
+                self.remove_member(&name)
+            }
             Command::PutQuotaSchedule { schedule, at } => {
                 self.tick(at);
                 self.put_quota_schedule(*schedule, at, index)

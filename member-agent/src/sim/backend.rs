@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tideway_api::agent::NodeFaultKind;
 use tideway_api::digest::CapacityDigest;
 
 use crate::backend::{Assignment, Backend, BackendError, LocalStatus};
@@ -108,6 +109,25 @@ impl SimBackend {
         let out = f(&mut cluster, now);
         self.save(&cluster)?;
         Ok(out)
+    }
+}
+
+/// How long a workload on a node with an ECC warning has to checkpoint before it is moved.
+pub const NODE_FAULT_GRACE: Duration = Duration::from_secs(60);
+
+impl SimBackend {
+    /// Injects a node fault (see [`SimCluster::node_fault`]); answers the UIDs affected. The
+    /// next digest shows the node cordoned (and unhealthy for a GPU fault or NotReady); the
+    /// agent reports the evictions, and the federation requeues that work elsewhere.
+    pub fn node_fault(&self, node: &str, kind: NodeFaultKind) -> Result<Vec<String>, BackendError> {
+        self.with_cluster(|c, now| {
+            let out = c
+                .node_fault(node, kind, NODE_FAULT_GRACE, now)
+                .map(|(u, _)| u);
+            c.tick(now);
+            out
+        })?
+        .map_err(rejected)
     }
 }
 

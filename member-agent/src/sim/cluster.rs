@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
+use tideway_api::agent::NodeFaultKind;
 use tideway_api::{PoolKind, Workload};
 
 use crate::backend::{Assignment, LocalPhase, LocalStatus};
@@ -477,6 +478,48 @@ impl SimCluster {
         Ok(changes)
     }
 
+    /// Node health: the node is cordoned (no new pods). For an ECC warning every gang with a
+    /// pod on it gets a checkpoint notice of `grace` and is evicted at its end (so it resumes
+    /// elsewhere from that checkpoint); a GPU fault or a NotReady node also takes the node
+    /// out of service and evicts those gangs now. Returns the UIDs affected.
+    pub fn node_fault(
+        &mut self,
+        node: &str,
+        kind: NodeFaultKind,
+        grace: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<String>, Vec<PhaseChange>), SimError> {
+        let index = self.node_idx(node)?;
+        self.nodes[index].cordoned = true;
+        let hit: Vec<Key> = self
+            .workloads
+            .iter()
+            .filter(|(_, w)| w.is_active() && w.placement.contains_key(&index))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut uids: Vec<String> = hit.iter().map(|k| k.0.clone()).collect();
+        uids.dedup();
+        let mut changes = Vec::new();
+        match kind {
+            NodeFaultKind::Ecc => {
+                for uid in &uids {
+                    changes.extend(self.preempt(uid, grace, now));
+                }
+            }
+            NodeFaultKind::Gpu | NodeFaultKind::NotReady => {
+                self.nodes[index].healthy = false;
+                let why = match kind {
+                    NodeFaultKind::Gpu => "GPU fault",
+                    _ => "NotReady",
+                };
+                for key in hit {
+                    changes.extend(self.stop(&key, evicted(&format!("node {node}: {why}")), now));
+                }
+            }
+        }
+        Ok((uids, changes))
+    }
+
     /// The node is repaired and schedulable again (unless cordoned).
     pub fn heal(&mut self, node: &str) -> Result<(), SimError> {
         let i = self.node_idx(node)?;
@@ -921,6 +964,50 @@ pub(crate) mod tests {
                 free: 8
             })
         );
+    }
+
+    #[test]
+    fn node_faults_cordon_the_node_and_notify_or_stop_its_work() {
+        let mut c = small();
+        c.ensure(&assignment("a", 1, 8, None), t(0)).unwrap();
+        c.ensure(&assignment("b", 1, 8, None), t(0)).unwrap();
+        c.tick(t(0));
+        let node_of = |c: &SimCluster, uid: &str| {
+            let w = &c.workloads[&(uid.to_string(), 1)];
+            let i = *w.placement.keys().next().unwrap();
+            c.nodes[i].name.clone()
+        };
+        let (na, nb) = (node_of(&c, "a"), node_of(&c, "b"));
+        assert_ne!(na, nb);
+
+        // ECC warning: a checkpoint notice, the node cordoned, the work stops at the deadline.
+        let (uids, now) = c
+            .node_fault(&na, NodeFaultKind::Ecc, Duration::from_secs(60), t(10))
+            .unwrap();
+        assert_eq!(uids, vec!["a".to_string()]);
+        assert!(now.is_empty(), "a notice, not a stop");
+        assert_eq!(phase(&c, "a"), LocalPhase::Running);
+        let ia = c.node_idx(&na).unwrap();
+        assert!(c.nodes[ia].cordoned && c.nodes[ia].healthy);
+        c.tick(t(71));
+        assert_eq!(phase(&c, "a"), evicted(PREEMPTED_REASON));
+
+        // GPU fault: out of service, work evicted now.
+        let (uids, now) = c
+            .node_fault(&nb, NodeFaultKind::Gpu, Duration::from_secs(60), t(80))
+            .unwrap();
+        assert_eq!(uids, vec!["b".to_string()]);
+        assert_eq!(now.len(), 1);
+        assert!(
+            matches!(phase(&c, "b"), LocalPhase::Evicted { reason } if reason.contains("GPU fault"))
+        );
+        let ib = c.node_idx(&nb).unwrap();
+        assert!(!c.nodes[ib].healthy && c.nodes[ib].cordoned);
+        assert!(
+            c.node_fault("ghost", NodeFaultKind::NotReady, Duration::ZERO, t(81))
+                .is_err()
+        );
+        c.check_invariants().unwrap();
     }
 
     #[test]

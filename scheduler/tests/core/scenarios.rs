@@ -922,6 +922,52 @@ fn big_gang_gets_a_reservation_and_starts_while_small_jobs_keep_flowing() {
     );
 }
 
+#[test]
+fn required_topology_needs_a_member_that_declares_the_level() {
+    // c1 is bigger and its digest shows racks, but it declares only node labels: a rack gang
+    // must not land there.
+    let mut node_only = cluster("c1", "eu", "H100", 4, 4, 8);
+    node_only.declared_levels = Some(vec![TopologyLevel::Node]);
+    let mut racked = cluster("c2", "eu", "H100", 2, 2, 8);
+    racked.declared_levels = Some(vec![TopologyLevel::Node, TopologyLevel::Rack]);
+    let rack_gang = || {
+        with_topology(
+            workload("w", "q", "normal", "H100", 2, 8),
+            TopologyLevel::Rack,
+        )
+    };
+
+    let mut f = Fleet::new(
+        vec![node_only.clone(), racked],
+        vec![big_queue()],
+        classes(),
+    );
+    f.submit(rack_gang());
+    let out = f.cycle();
+    match Fleet::decision(&out, "w") {
+        Decision::Assign { cluster, .. } => assert_eq!(cluster, "c2"),
+        other => panic!("not assigned: {other:?}"),
+    }
+
+    let mut f = Fleet::new(vec![node_only], vec![big_queue()], classes());
+    f.submit(rack_gang());
+    f.submit(workload("n", "q", "normal", "H100", 2, 8));
+    let out = f.cycle();
+    let PendingReason::NoMatchingCluster {
+        constraint,
+        clusters_filtered,
+    } = reason(&out, "w")
+    else {
+        panic!("{:?}", reason(&out, "w"));
+    };
+    assert!(constraint.contains("rack topology"), "{constraint}");
+    assert_eq!(clusters_filtered, vec!["c1".to_string()]);
+    assert!(
+        matches!(Fleet::decision(&out, "n"), Decision::Assign { .. }),
+        "a node-level gang still fits c1"
+    );
+}
+
 /// GPUs in use on all nodes of the fleet.
 fn used_gpus(f: &Fleet) -> u32 {
     f.clusters

@@ -51,6 +51,8 @@ pub struct SimCluster {
     pub region: String,
     pub ready: bool,
     pub pools: Vec<SimPool>,
+    /// The topology levels the member declares; `None` declares nothing.
+    pub declared_levels: Option<Vec<TopologyLevel>>,
 }
 
 /// Where a running workload's pods really are: (pool, rack, node, gpus).
@@ -105,6 +107,7 @@ pub fn cluster(
         name: name.into(),
         region: region.into(),
         ready: true,
+        declared_levels: None,
         pools: vec![pool(
             "train",
             PoolKind::Training,
@@ -319,6 +322,7 @@ impl Fleet {
                     region: c.region.clone(),
                     ready: c.ready,
                     digest: c.digest(),
+                    declared_levels: c.declared_levels.clone(),
                 })
                 .collect(),
             pending: self.pending.clone(),

@@ -96,6 +96,7 @@ impl Fleet {
                 region: m.region.clone(),
                 ready: true,
                 digest: digest.clone(),
+                declared_levels: None,
             });
             states.push(MemberState {
                 name: m.name.clone(),

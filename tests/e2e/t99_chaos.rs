@@ -1,0 +1,231 @@
+//! A bounded chaos run on real processes: during a stream of submissions, random kill -9 and
+//! restart of federation nodes and of agents, and partitions of a federation node. At every
+//! step no workload is active on two members (sampled on the members themselves); at the end
+//! no acknowledged workload is lost, every workload is finished or pending with a reason, and
+//! the nodes' state digests are equal.
+//!
+//! The quick profile (CI) runs 60 s of chaos; `TIDEWAY_CHAOS_SECS=1800` is a long one.
+//! `TIDEWAY_CHAOS_SEED` replays a run (the seed is printed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tideway_api::agent::LocalPhase;
+use tideway_api::client::Client;
+
+use crate::common::*;
+
+const AGENTS: [(&str, &str); 2] = [("sim-eu", "eu-west"), ("sim-ap", "ap-south")];
+
+fn layout(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev")).join(format!("{name}.yaml"))
+}
+
+fn job(name: &str, secs: u64) -> String {
+    format!(
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"{secs}"}}}},"spec":{{"queue":"default","class":"training","podSets":[{{"name":"w","count":1,"gpusPerPod":8,"flavor":"H100"}}],"checkpoint":{{"intervalSeconds":60}}}}}}"#
+    )
+}
+
+/// xorshift64*: enough randomness for choosing faults, and replayable from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+enum Fault {
+    NodeDown(u64),
+    NodeIsolated,
+    AgentDown(&'static str),
+}
+
+/// Active copies per UID on the members whose agents answer now.
+async fn assert_active_at_most_once(tc: &TestCluster) -> usize {
+    let mut active: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, _) in AGENTS {
+        let Ok(v) = tc.c.agent_local(name).await else {
+            continue;
+        };
+        for w in v.workloads {
+            if matches!(w.phase, LocalPhase::Running | LocalPhase::Pending) {
+                active.entry(w.uid).or_default().push(name);
+            }
+        }
+    }
+    for (uid, on) in &active {
+        assert!(on.len() <= 1, "{uid} is active on {on:?} at once");
+    }
+    active.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_loses_nothing_and_runs_nothing_twice() {
+    let secs: u64 = std::env::var("TIDEWAY_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let seed: u64 = std::env::var("TIDEWAY_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    eprintln!("chaos: {secs} s, TIDEWAY_CHAOS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let mut tc = cluster(
+        3,
+        &[
+            "--fault-injection",
+            "--member-heartbeat-ms",
+            "500",
+            "--member-lost-after-ms",
+            "4000",
+        ],
+    )
+    .await;
+    for (name, region) in AGENTS {
+        tc.c.add_agent(name, region, &layout(name), &["--heartbeat-ms", "500"])
+            .await
+            .expect("agent");
+    }
+    let ids: Vec<u64> = tc.c.nodes.keys().copied().collect();
+    let clients: Vec<Client> =
+        tc.c.addrs()
+            .iter()
+            .map(|a| Client::new(a).unwrap())
+            .collect();
+
+    let mut acked: BTreeSet<String> = BTreeSet::new();
+    let mut fault: Option<(Fault, Instant)> = None;
+    let (mut kills, mut partitions, mut agent_kills, mut samples) = (0, 0, 0, 0);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut n = 0u64;
+    while Instant::now() < end {
+        // One submission a step, retried over the nodes with the same key until acknowledged
+        // or the step's budget is spent (an unacknowledged one may still be committed).
+        let name = format!("c-{n}");
+        n += 1;
+        let body = job(&name, 5 + rng.below(10));
+        let give_up = Instant::now() + Duration::from_secs(3);
+        let mut at = rng.below(clients.len() as u64) as usize;
+        while Instant::now() < give_up {
+            match clients[at % clients.len()]
+                .submit_raw(body.clone().into_bytes(), false, Some(&name))
+                .await
+            {
+                Ok(_) => {
+                    acked.insert(name.clone());
+                    break;
+                }
+                Err(_) => {
+                    at += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+
+        // End a fault whose time is up; maybe start another (one at a time).
+        if let Some((f, until)) = &fault
+            && Instant::now() >= *until
+        {
+            match f {
+                Fault::NodeDown(id) => tc.c.restart(*id).await.expect("restart node"),
+                Fault::NodeIsolated => tc.c.heal().await.expect("heal"),
+                Fault::AgentDown(a) => tc.c.restart_agent(a).await.expect("restart agent"),
+            }
+            fault = None;
+        } else if fault.is_none() && rng.below(3) == 0 {
+            let lasts = Duration::from_millis(1000 + rng.below(6000));
+            let f = match rng.below(3) {
+                0 => {
+                    let id = ids[rng.below(ids.len() as u64) as usize];
+                    tc.c.kill9(id).expect("kill -9 node");
+                    kills += 1;
+                    Fault::NodeDown(id)
+                }
+                1 => {
+                    let id = ids[rng.below(ids.len() as u64) as usize];
+                    tc.c.isolate(id).await.expect("isolate");
+                    partitions += 1;
+                    Fault::NodeIsolated
+                }
+                _ => {
+                    let a = AGENTS[rng.below(AGENTS.len() as u64) as usize].0;
+                    tc.c.kill9_agent(a).expect("kill -9 agent");
+                    agent_kills += 1;
+                    Fault::AgentDown(a)
+                }
+            };
+            fault = Some((f, Instant::now() + lasts));
+        }
+        assert_active_at_most_once(&tc).await;
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    match fault.take() {
+        Some((Fault::NodeDown(id), _)) => tc.c.restart(id).await.expect("restart node"),
+        Some((Fault::NodeIsolated, _)) => tc.c.heal().await.expect("heal"),
+        Some((Fault::AgentDown(a), _)) => tc.c.restart_agent(a).await.expect("restart agent"),
+        None => {}
+    }
+    eprintln!(
+        "chaos: {n} submitted, {} acknowledged, {kills} node kills, {partitions} partitions, \
+         {agent_kills} agent kills, {samples} samples",
+        acked.len()
+    );
+
+    // Everything settles: finished, or pending with a reason; nothing active twice meanwhile.
+    let addr = tc.c.addrs()[0].clone();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert_active_at_most_once(&tc).await;
+        let all = all_workloads(&addr).await;
+        let unsettled: Vec<_> = all
+            .iter()
+            .filter(|w| {
+                let st = w.status.clone().unwrap_or_default();
+                !(st.phase.is_terminal()
+                    || (format!("{:?}", st.phase) == "Pending" && st.pending_reason.is_some()))
+            })
+            .map(|w| w.metadata.name.clone())
+            .collect();
+        if unsettled.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not finished nor pending with a reason: {unsettled:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tc.c.wait_converged(Duration::from_secs(30))
+        .await
+        .expect("equal state digests");
+    for a in tc.c.addrs() {
+        assert_holds_exactly_once(&a, &acked).await;
+    }
+    let failed: Vec<String> = all_workloads(&addr)
+        .await
+        .into_iter()
+        .filter_map(|w| {
+            let st = w.status.unwrap_or_default();
+            (format!("{:?}", st.phase) == "Failed")
+                .then(|| format!("{}: {}", w.metadata.name, st.message.unwrap_or_default()))
+        })
+        .collect();
+    eprintln!("chaos: settled; {} failed {failed:?}", failed.len());
+}
