@@ -700,7 +700,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             stop.clone(),
         )));
     }
-    apply_dev_schedule(&node.addr).await;
+    apply_dev_schedule(&node.addr, &token).await;
     println!("Tideway dev: a one-node federation and three simulated member clusters");
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
@@ -733,8 +733,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
 const DEV_SCHEDULE: &str = include_str!("../deploy/dev/day-night.yaml");
 
 /// Applies the dev schedule once the one-node federation has elected itself.
-async fn apply_dev_schedule(addr: &str) {
-    let Ok(client) = Client::new(addr) else {
+async fn apply_dev_schedule(addr: &str, token: &str) {
+    let Ok(client) = Client::with_token(addr, Some(token)) else {
         return;
     };
     for _ in 0..50 {

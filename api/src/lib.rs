@@ -13,6 +13,7 @@ pub mod agent;
 pub mod audit;
 pub mod auth;
 pub mod capacity;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod clock;
 pub mod cluster;
@@ -20,6 +21,7 @@ pub mod cron;
 pub mod decode;
 pub mod digest;
 pub mod explain;
+#[cfg(feature = "client")]
 pub mod http;
 pub mod list;
 pub mod member_cluster;
