@@ -43,6 +43,18 @@ pub(super) struct Plan {
     pub grace_seconds: u64,
 }
 
+/// Keeps the cheaper of `best` and `plan` (cluster `tie` breaks equal costs, seeded so the
+/// choice is deterministic): the one rule by which capacity preemption and quota reclaim
+/// choose among clusters.
+pub(super) fn keep_cheaper(best: &mut Option<(Plan, u64)>, plan: Plan, tie: u64) {
+    if best
+        .as_ref()
+        .is_none_or(|(b, bt)| (cost_key(&plan.cost), tie) < (cost_key(&b.cost), *bt))
+    {
+        *best = Some((plan, tie));
+    }
+}
+
 pub(super) fn cost_key(c: &PreemptionCost) -> (u32, VictimTier, u32, u64, u64) {
     (
         c.cautious,
@@ -93,13 +105,7 @@ impl Cycle<'_> {
             let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
                 continue;
             };
-            let tie = self.clusters[ci].tie;
-            let better = best
-                .as_ref()
-                .is_none_or(|(b, bt)| (cost_key(&plan.cost), tie) < (cost_key(&b.cost), *bt));
-            if better {
-                best = Some((plan, tie));
-            }
+            keep_cheaper(&mut best, plan, self.clusters[ci].tie);
         }
         let Some((plan, _)) = best else {
             self.shapes[s].preempt_failed.push((q, base, reclaim));

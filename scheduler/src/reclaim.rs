@@ -23,7 +23,7 @@ use super::cycle::{Cycle, may_preempt};
 use super::decision::VictimTier;
 use super::hash::DetMap;
 use super::input::QuotaOverride;
-use super::preemption::{Plan, cost_key};
+use super::preemption::{Plan, keep_cheaper};
 use super::quota::QuotaBook;
 use super::tidal::FleetSide;
 
@@ -252,13 +252,7 @@ impl Cycle<'_> {
             if let Some(g) = grace {
                 plan.grace_seconds = g;
             }
-            let tie = self.clusters[ci].tie;
-            if best
-                .as_ref()
-                .is_none_or(|(b, bt)| (cost_key(&plan.cost), tie) < (cost_key(&b.cost), *bt))
-            {
-                best = Some((plan, tie));
-            }
+            keep_cheaper(&mut best, plan, self.clusters[ci].tie);
         }
         let Some((plan, _)) = best else {
             return false;
@@ -327,13 +321,7 @@ impl Cycle<'_> {
                 }
             }
             let plan = self.plan_of(ci, order[..lo].to_vec());
-            let tie = self.clusters[ci].tie;
-            if best
-                .as_ref()
-                .is_none_or(|(b, bt)| (cost_key(&plan.cost), tie) < (cost_key(&b.cost), *bt))
-            {
-                best = Some((plan, tie));
-            }
+            keep_cheaper(&mut best, plan, self.clusters[ci].tie);
         }
         let Some((plan, _)) = best else {
             return false;
