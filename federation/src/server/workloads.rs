@@ -237,6 +237,18 @@ pub async fn cancel(
             ));
         }
     }
+    // An unknown, finished or already cancelled workload is answered from the applied state
+    // (read linearizably, so a lagging follower cannot answer 404 for a fresh workload):
+    // a cancel that changes nothing writes nothing to the log.
+    st.read_barrier(false).await?;
+    match st.read(|d| d.state.cancel_outcome(&id))? {
+        Ok(_) => {}
+        Err(CommandResult::Rejected { rejection }) => return Err(ApiError::from(rejection)),
+        Err(CommandResult::Existing {
+            object: StoredObject::Workload(w),
+        }) => return Ok(Json(w).into_response()),
+        Err(other) => return Err(ApiError::unexpected(other)),
+    }
     let res = st
         .proposer
         .propose(Command::by(

@@ -29,44 +29,53 @@ fn finished_at(w: &Workload) -> Option<DateTime<Utc>> {
         .or(w.metadata.creation_timestamp)
 }
 
+fn not_found(id: &str) -> CommandResult {
+    CommandResult::Rejected {
+        rejection: Rejection::NotFound {
+            what: format!("workload '{id}'"),
+        },
+    }
+}
+
 impl FederationState {
+    /// What a cancel of `id` answers when it would change nothing (an unknown workload, one
+    /// already cancelled, one that already succeeded or failed); otherwise the name of the
+    /// workload it stops. The node asks before proposing, so such a cancel writes nothing to
+    /// the log; apply asks again at the entry's log position.
+    pub fn cancel_outcome(&self, id: &str) -> Result<String, CommandResult> {
+        let name = if self.workloads.contains_key(id) {
+            Some(id.to_string())
+        } else {
+            self.uids.get(id).cloned()
+        };
+        let Some((name, w)) = name.and_then(|n| self.workloads.get(&n).map(|w| (n, w))) else {
+            return Err(not_found(id));
+        };
+        match w.status.as_ref().map(|s| s.phase).unwrap_or_default() {
+            WorkloadPhase::Cancelled => Err(CommandResult::Existing {
+                object: StoredObject::Workload(Box::new(w.clone())),
+            }),
+            phase @ (WorkloadPhase::Succeeded | WorkloadPhase::Failed) => {
+                Err(CommandResult::Rejected {
+                    rejection: Rejection::Terminal { name, phase },
+                })
+            }
+            _ => Ok(name),
+        }
+    }
+
     /// Cancels a pending or running workload, by name or UID. Cancelling a cancelled workload
     /// answers it unchanged; one that already succeeded or failed is refused.
     pub(super) fn cancel(&mut self, id: &str, at: DateTime<Utc>, index: u64) -> CommandResult {
-        let Some(name) = self
-            .workloads
-            .contains_key(id)
-            .then(|| id.to_string())
-            .or_else(|| self.uids.get(id).cloned())
-        else {
-            return CommandResult::Rejected {
-                rejection: Rejection::NotFound {
-                    what: format!("workload '{id}'"),
-                },
-            };
+        let name = match self.cancel_outcome(id) {
+            Ok(name) => name,
+            Err(answer) => return answer,
         };
         let Some(w) = self.workloads.get_mut(&name) else {
-            return CommandResult::Rejected {
-                rejection: Rejection::NotFound {
-                    what: format!("workload '{id}'"),
-                },
-            };
+            return not_found(id);
         };
         let uid = w.metadata.uid.clone().unwrap_or_default();
         let status = w.status.get_or_insert_with(Default::default);
-        match status.phase {
-            WorkloadPhase::Cancelled => {
-                return CommandResult::Existing {
-                    object: StoredObject::Workload(Box::new(w.clone())),
-                };
-            }
-            phase @ (WorkloadPhase::Succeeded | WorkloadPhase::Failed) => {
-                return CommandResult::Rejected {
-                    rejection: Rejection::Terminal { name, phase },
-                };
-            }
-            _ => {}
-        }
         let cluster = status.cluster.take();
         status.phase = WorkloadPhase::Cancelled;
         status.pending_reason = None;
@@ -248,6 +257,31 @@ mod tests {
             },
         );
         assert_eq!(phase(&s, "w"), WorkloadPhase::Cancelled);
+    }
+
+    #[test]
+    fn a_cancel_that_would_change_nothing_is_answered_before_the_log() {
+        let mut s = with_member();
+        submit(&mut s, 2, "w", "k");
+        assert_eq!(s.cancel_outcome("w"), Ok("w".to_string()));
+        assert_eq!(s.cancel_outcome("uid-w"), Ok("w".to_string()));
+        assert!(matches!(
+            s.cancel_outcome("nope"),
+            Err(CommandResult::Rejected {
+                rejection: Rejection::NotFound { .. }
+            })
+        ));
+        s.apply(
+            3,
+            Command::CancelWorkload {
+                id: "w".into(),
+                at: t(3),
+            },
+        );
+        assert!(matches!(
+            s.cancel_outcome("uid-w"),
+            Err(CommandResult::Existing { .. })
+        ));
     }
 
     #[test]
