@@ -379,6 +379,16 @@ pub struct DevArgs {
     /// Run the simulated clusters' time this many times faster than the wall clock.
     #[arg(long, default_value_t = 60.0)]
     pub time_scale: f64,
+    /// Start the fleet's clock at this instant (RFC 3339, e.g. 2026-01-05T12:00:00+01:00)
+    /// instead of now: tidal windows then open at the same moments on every run.
+    #[arg(long, value_parser = parse_start_at)]
+    pub start_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("not an RFC 3339 time ({e}), e.g. 2026-01-05T12:00:00Z"))
 }
 
 impl Cli {
@@ -645,7 +655,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     // One clock for the whole fleet: the simulated members stamp their reports with it and
     // the leader compares those stamps with its own now (minimum runtimes before preemption,
     // digest ages), so both must read the same, scaled, time.
-    let clock = tideway_agent::sim_agent::sim_clock(a.time_scale)?;
+    let clock = tideway_agent::sim_agent::sim_clock_from(a.time_scale, a.start_at)?;
     // One command, yet not open to anyone on the machine: a fresh admin token every start,
     // only its digest in the server, the token itself in the CLI configuration.
     let token = generate_token().map_err(|_| anyhow::anyhow!("no randomness for a token"))?;

@@ -30,11 +30,15 @@ pub enum AuditKind {
     MemberRegistered,
     /// A member cluster turned Ready or NotReady.
     MemberHealth,
+    /// A quota schedule moved from one window to the next.
+    TidalTransition,
+    /// A policy version was replaced by an earlier one, by hand or by a rollout trigger.
+    PolicyRolledBack,
 }
 
 impl AuditKind {
     /// Every kind.
-    pub const ALL: [AuditKind; 12] = [
+    pub const ALL: [AuditKind; 14] = [
         Self::Submitted,
         Self::Assigned,
         Self::Preempted,
@@ -47,6 +51,8 @@ impl AuditKind {
         Self::PolicyChanged,
         Self::MemberRegistered,
         Self::MemberHealth,
+        Self::TidalTransition,
+        Self::PolicyRolledBack,
     ];
 
     /// The name as serialized (`Cancelled`).
@@ -64,6 +70,8 @@ impl AuditKind {
             Self::PolicyChanged => "PolicyChanged",
             Self::MemberRegistered => "MemberRegistered",
             Self::MemberHealth => "MemberHealth",
+            Self::TidalTransition => "TidalTransition",
+            Self::PolicyRolledBack => "PolicyRolledBack",
         }
     }
 }

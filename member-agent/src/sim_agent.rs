@@ -7,6 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use tideway_api::clock::{Clock, ClockError, RealClock, ScaledClock, SharedClock};
 
 use crate::backend::BackendError;
@@ -64,10 +66,19 @@ pub struct SimOptions {
 /// The clock of a standalone sim agent: the wall clock, or virtual time `time_scale` times
 /// faster.
 pub fn sim_clock(time_scale: f64) -> Result<SharedClock, ClockError> {
-    Ok(if (time_scale - 1.0).abs() < f64::EPSILON {
-        Arc::new(RealClock)
-    } else {
-        Arc::new(ScaledClock::new(RealClock.now(), time_scale)?)
+    sim_clock_from(time_scale, None)
+}
+
+/// Like [`sim_clock`], with virtual time starting at `start` instead of now: a demo or a
+/// test that must see the same hour of the day (a tidal window) whenever it runs.
+pub fn sim_clock_from(
+    time_scale: f64,
+    start: Option<DateTime<Utc>>,
+) -> Result<SharedClock, ClockError> {
+    Ok(match start {
+        None if (time_scale - 1.0).abs() < f64::EPSILON => Arc::new(RealClock),
+        None => Arc::new(ScaledClock::new(RealClock.now(), time_scale)?),
+        Some(start) => Arc::new(ScaledClock::new(start, time_scale)?),
     })
 }
 
@@ -158,6 +169,12 @@ mod tests {
         assert!(e.to_string().contains("/no/such/layout.yaml"), "{e}");
         assert!(sim_clock(0.0).is_err());
         assert!(sim_clock(60.0).is_ok());
+        let start = DateTime::parse_from_rfc3339("2026-01-05T03:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .expect("a time");
+        let c = sim_clock_from(1.0, Some(start)).expect("a clock");
+        let drift = c.now() - start;
+        assert!(drift >= chrono::TimeDelta::zero() && drift < chrono::TimeDelta::seconds(5));
     }
 
     #[test]

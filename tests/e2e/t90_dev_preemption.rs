@@ -41,6 +41,10 @@ async fn wait_phase(c: &Client, name: &str, want: &[WorkloadPhase], timeout: Dur
     }
 }
 
+fn start_at() -> String {
+    std::env::var("T90_START_AT").unwrap_or_else(|_| "2026-01-05T12:00:00+01:00".into())
+}
+
 /// `tideway dev`, killed when the test ends however it ends.
 struct Dev(std::process::Child);
 
@@ -58,7 +62,16 @@ async fn a_high_priority_gang_preempts_low_work_after_its_minimum_runtime() {
     let addr = tideway_testkit::free_addr().expect("a free port");
     let log = std::fs::File::create(dir.path().join("dev.log")).expect("log file");
     let _dev = Dev(std::process::Command::new(BIN)
-        .args(["dev", "--listen", &addr, "--time-scale", "60", "--data"])
+        .args([
+            "dev",
+            "--listen",
+            &addr,
+            "--time-scale",
+            "60",
+            "--start-at",
+            &start_at(),
+            "--data",
+        ])
         .arg(dir.path().join("data"))
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
