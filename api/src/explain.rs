@@ -183,6 +183,11 @@ pub enum Unblock {
         /// The runtime estimate that would outlast it.
         estimate_seconds: u64,
     },
+    /// Its last attempt failed; the retry backoff ends at `at`.
+    RetryBackoffEnds {
+        /// When it may be dispatched again.
+        at: DateTime<Utc>,
+    },
 }
 
 impl fmt::Display for Unblock {
@@ -267,6 +272,11 @@ impl fmt::Display for Unblock {
                 "its quota window closes at {} and its estimate ({estimate_seconds} s) would \
                  outlast it; it starts after the boundary, or now if it can checkpoint",
                 boundary.to_rfc3339()
+            ),
+            Self::RetryBackoffEnds { at } => write!(
+                f,
+                "its last attempt failed; it is retried after its backoff, at {}",
+                at.to_rfc3339()
             ),
         }
     }

@@ -510,6 +510,10 @@ pub struct WorkloadStatus {
     /// a whole node for a gang.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeGpus>,
+    /// After a failed attempt: not dispatched again before this time (exponential backoff
+    /// with a jitter derived from the uid, so every replica computes the same time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_not_before: Option<DateTime<Utc>>,
 }
 
 /// GPUs a workload holds on one node of its member cluster.
@@ -588,6 +592,35 @@ pub enum PendingReason {
         /// The workloads being evicted for it, by uid.
         victims: Vec<String>,
     },
+    /// Its last attempt failed; it is dispatched again after an exponential backoff.
+    BackingOff {
+        /// When it may be dispatched again.
+        until: DateTime<Utc>,
+        /// Dispatch attempts so far.
+        attempts: u32,
+    },
+}
+
+/// The first retry's delay after a failed attempt; each later one doubles it.
+pub const RETRY_BACKOFF_BASE_SECONDS: i64 = 10;
+/// The longest delay between two attempts.
+pub const RETRY_BACKOFF_MAX_SECONDS: i64 = 600;
+
+/// How long a workload waits before attempt `attempts + 1`, after `attempts` failed ones:
+/// exponential, capped, plus up to a quarter more. The jitter comes from the uid and the
+/// attempt, not from a random source, so every replica applying the failure computes the
+/// same time, while workloads that failed together (a member's bad node) spread out.
+pub fn retry_backoff(uid: &str, attempts: u32) -> chrono::TimeDelta {
+    let doublings = attempts.saturating_sub(1).min(16);
+    let base = (RETRY_BACKOFF_BASE_SECONDS << doublings).min(RETRY_BACKOFF_MAX_SECONDS);
+    // FNV-1a over the uid and the attempt: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in uid.bytes().chain(attempts.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let jitter_ms = (h % 1000) as i64 * base * 1000 / 4000;
+    chrono::TimeDelta::milliseconds(base * 1000 + jitter_ms)
 }
 
 impl PendingReason {
@@ -603,6 +636,7 @@ impl PendingReason {
             Self::RateLimited => "RateLimited",
             Self::MemberUnavailable { .. } => "MemberUnavailable",
             Self::WaitingForPreemption { .. } => "WaitingForPreemption",
+            Self::BackingOff { .. } => "BackingOff",
         }
     }
 }
@@ -665,6 +699,11 @@ impl fmt::Display for PendingReason {
                 "waiting for {} workload(s) to be preempted: {}",
                 victims.len(),
                 victims.join(", ")
+            ),
+            Self::BackingOff { until, attempts } => write!(
+                f,
+                "attempt {attempts} failed; retried after its backoff, at {}",
+                until.to_rfc3339()
             ),
         }
     }
@@ -834,6 +873,24 @@ impl_validate!(Workload);
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn retry_backoff_doubles_is_capped_and_jittered_the_same_everywhere() {
+        let b = |uid: &str, n| super::retry_backoff(uid, n).num_milliseconds();
+        for n in 1..=8 {
+            let base = (10_000i64 << (n - 1)).min(600_000);
+            let d = b("u-1", n);
+            assert!(d >= base && d < base + base / 4, "attempt {n}: {d} ms");
+            assert_eq!(d, b("u-1", n), "deterministic");
+        }
+        assert!(b("u-1", 40) <= 750_000, "capped, no overflow");
+        let spread: std::collections::BTreeSet<i64> =
+            (0..20).map(|i| b(&format!("u-{i}"), 1)).collect();
+        assert!(
+            spread.len() > 10,
+            "jitter spreads workloads that failed together"
+        );
+    }
     use super::*;
     use crate::decode::{decode_json, decode_yaml};
     use crate::validation::Validate;
@@ -938,6 +995,7 @@ mod tests {
                 zone: Some("eu-west-1a".into()),
                 rack: None,
             }],
+            retry_not_before: Some("2025-03-01T12:05:00Z".parse().unwrap()),
         });
         w
     }
@@ -1021,6 +1079,10 @@ mod tests {
                 until: "2025-03-01T20:00:00Z".parse().unwrap(),
             },
             PendingReason::RateLimited,
+            PendingReason::BackingOff {
+                until: "2025-03-01T20:00:00Z".parse().unwrap(),
+                attempts: 2,
+            },
             PendingReason::MemberUnavailable {
                 cluster: "a".into(),
             },

@@ -750,6 +750,19 @@ impl<'a> Cycle<'a> {
                 Explanation::new(Unblock::NextCycle),
             );
         }
+        if let Some(until) = w
+            .status
+            .as_ref()
+            .and_then(|st| st.retry_not_before)
+            .filter(|t| *t > self.now)
+        {
+            let attempts = w.status.as_ref().map_or(0, |st| st.attempts);
+            return self.pending(
+                idx,
+                PendingReason::BackingOff { until, attempts },
+                Explanation::new(Unblock::RetryBackoffEnds { at: until }),
+            );
+        }
         if self.shapes[s].needs.is_empty() {
             let problem = "it requests no GPUs (no pod set with a count and GPUs per pod)";
             return self.pending(

@@ -44,6 +44,7 @@ pub fn reason_index(r: &PendingReason) -> u8 {
         PendingReason::RateLimited => 6,
         PendingReason::MemberUnavailable { .. } => 7,
         PendingReason::WaitingForPreemption { .. } => 8,
+        PendingReason::BackingOff { .. } => 9,
     }
 }
 

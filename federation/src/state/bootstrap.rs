@@ -66,5 +66,6 @@ pub fn submitted_status(at: DateTime<Utc>) -> WorkloadStatus {
         started_at: None,
         finished_at: None,
         nodes: Vec::new(),
+        retry_not_before: None,
     }
 }

@@ -450,6 +450,11 @@ impl FederationState {
                             status,
                             format!("attempt {} failed on {cluster}: {reason}", st.attempt),
                         );
+                        // Backoff: a workload that fails at once must not be re-dispatched
+                        // in a tight loop (a bad image, a broken node).
+                        status.retry_not_before = Some(
+                            st.since + tideway_api::workload::retry_backoff(&st.uid, st.attempt),
+                        );
                     } else {
                         status.phase = WorkloadPhase::Failed;
                         status.finished_at = Some(st.since);
@@ -944,6 +949,15 @@ mod tests {
         };
         report(&mut s, 4, 1, failed());
         assert_eq!(phase(&s), WorkloadPhase::Pending, "one retry allowed");
+        let not_before = s.workloads["job"]
+            .status
+            .as_ref()
+            .and_then(|st| st.retry_not_before);
+        assert_eq!(
+            not_before,
+            Some(t(4) + tideway_api::workload::retry_backoff("u1", 1)),
+            "the retry waits out its backoff from the failure"
+        );
         s.apply(
             5,
             Command::Assign {

@@ -1099,3 +1099,31 @@ fn shortest_expected_first_orders_equals_by_expected_gpu_time() {
         Some("short")
     );
 }
+
+#[test]
+fn a_failed_workload_waits_out_its_backoff_then_is_dispatched() {
+    let mut f = one(4);
+    let mut w = workload("w", "q", "normal", "H100", 1, 8);
+    let until = f.now + Duration::seconds(30);
+    w.status = Some(tideway_api::WorkloadStatus {
+        attempts: 2,
+        retry_not_before: Some(until),
+        ..Default::default()
+    });
+    f.submit(w);
+    let out = f.cycle();
+    assert_eq!(
+        reason(&out, "w"),
+        PendingReason::BackingOff { until, attempts: 2 }
+    );
+    let Decision::Pending { explanation, .. } = Fleet::decision(&out, "w") else {
+        panic!()
+    };
+    assert!(matches!(explanation.unblock, Unblock::RetryBackoffEnds { at } if at == until));
+    // Capacity is free the whole time: only the backoff held it.
+    f.now = until;
+    assert!(matches!(
+        Fleet::decision(&f.cycle(), "w"),
+        Decision::Assign { .. }
+    ));
+}
