@@ -32,6 +32,7 @@ pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
+pub mod usage;
 pub mod validation;
 pub mod workload;
 
