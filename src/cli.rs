@@ -181,6 +181,27 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// GPU-hours per queue, tenant, flavor and day: guaranteed, borrowed and idle.
+    Usage {
+        /// Start: RFC 3339, or a date (midnight in --tz).
+        #[arg(long)]
+        from: String,
+        /// End: as --from; now if left out.
+        #[arg(long)]
+        to: Option<String>,
+        /// IANA time zone days are cut in (default UTC).
+        #[arg(long)]
+        tz: Option<String>,
+        /// Comma-separated: day, queue, tenant, flavor (default all).
+        #[arg(long)]
+        group_by: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: crate::usage_out::UsageFormat,
+        #[arg(long)]
+        stale: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Member clusters and their health.
     Members {
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -532,6 +553,25 @@ impl Cli {
             } => {
                 let v = target.client()?.capacity(stale).await?;
                 output::print_capacity(&v, output)
+            }
+            Cmd::Usage {
+                from,
+                to,
+                tz,
+                group_by,
+                output,
+                stale,
+                target,
+            } => {
+                let mut params: Vec<(&str, String)> =
+                    vec![("from", from), ("stale", stale.to_string())];
+                for (k, v) in [("to", to), ("tz", tz), ("groupBy", group_by)] {
+                    if let Some(v) = v {
+                        params.push((k, v));
+                    }
+                }
+                let report = target.client()?.usage(&params).await?;
+                crate::usage_out::print_usage(&report, output)
             }
             Cmd::Members { output, target } => {
                 let v = target.client()?.members().await?;

@@ -263,6 +263,21 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// The usage report: `(name, value)` pairs of `GET /v1/usage`' parameters.
+    pub async fn usage(
+        &self,
+        params: &[(&str, String)],
+    ) -> Result<crate::usage::UsageReport, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/usage", self.addr))
+            .query(params)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

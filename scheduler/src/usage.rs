@@ -367,10 +367,7 @@ mod tests {
             start: from,
             ..run("a", "L40S", 1, 0, None)
         }];
-        let capacity = BTreeMap::from([(
-            "L40S".to_string(),
-            vec![Step { at: from, gpus: 2 }],
-        )]);
+        let capacity = BTreeMap::from([("L40S".to_string(), vec![Step { at: from, gpus: 2 }])]);
         let guaranteed = BTreeMap::new();
         let now = from + chrono::Duration::hours(6);
         let input = UsageInput {
@@ -393,7 +390,11 @@ mod tests {
             ]
         );
         let utc = account(&input, from, now, Tz::UTC).flavor_rows(true);
-        assert_eq!(utc[0].used_gpu_seconds, 2 * 3600, "UTC midnight is at 00:00");
+        assert_eq!(
+            utc[0].used_gpu_seconds,
+            2 * 3600,
+            "UTC midnight is at 00:00"
+        );
     }
 
     #[test]
@@ -408,7 +409,12 @@ mod tests {
         };
         let f = &account(&input, t(0), t(10), Tz::UTC).flavor_rows(false)[0];
         assert_eq!(
-            (f.capacity_gpu_seconds, f.used_gpu_seconds, f.idle_gpu_seconds, f.over_gpu_seconds),
+            (
+                f.capacity_gpu_seconds,
+                f.used_gpu_seconds,
+                f.idle_gpu_seconds,
+                f.over_gpu_seconds
+            ),
             (80, 100, 0, 20)
         );
     }

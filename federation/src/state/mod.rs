@@ -11,6 +11,7 @@ pub mod lifecycle;
 pub mod members;
 pub mod scheduling;
 pub mod tidal;
+pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,6 +67,9 @@ pub struct FederationState {
     /// Every change, with its actor.
     #[serde(default)]
     pub audit: audit::AuditTrail,
+    /// What chargeback reads: runs, capacity and guarantees over time.
+    #[serde(default)]
+    pub usage: usage::UsageLedger,
 }
 
 impl Default for FederationState {
@@ -92,6 +96,7 @@ impl Default for FederationState {
             tidal: Default::default(),
             clock: None,
             audit: Default::default(),
+            usage: Default::default(),
         }
     }
 }
@@ -199,8 +204,10 @@ impl FederationState {
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
         let (hint, actor) = audit::Hint::of(&cmd);
+        let touch = usage::Touch::of(&cmd);
         let res = self.apply_command(index, cmd);
         self.record(index, hint, actor, &res);
+        self.observe_usage(touch);
         res
     }
 
