@@ -202,6 +202,13 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Webhooks and their delivery state (last delivered, failures, last error).
+    Webhooks {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Member clusters and their health.
     Members {
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -572,6 +579,10 @@ impl Cli {
                 }
                 let report = target.client()?.usage(&params).await?;
                 crate::usage_out::print_usage(&report, output)
+            }
+            Cmd::Webhooks { output, target } => {
+                let list = target.client()?.webhooks().await?;
+                crate::usage_out::print_webhooks(&list.items, output)
             }
             Cmd::Members { output, target } => {
                 let v = target.client()?.members().await?;

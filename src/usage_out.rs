@@ -136,3 +136,51 @@ pub fn print_usage(r: &UsageReport, fmt: UsageFormat) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `tideway webhooks`.
+pub fn print_webhooks(
+    items: &[tideway_api::webhook::Webhook],
+    fmt: crate::cli::OutputFormat,
+) -> anyhow::Result<()> {
+    use crate::cli::OutputFormat;
+    match fmt {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let rows = items
+                .iter()
+                .map(|w| {
+                    let st = w.status.clone().unwrap_or_default();
+                    let events: Vec<&str> = w.spec.events.iter().map(|k| k.as_str()).collect();
+                    vec![
+                        w.metadata.name.clone(),
+                        w.spec.url.clone(),
+                        events.join(","),
+                        opt(&st.last_delivered),
+                        st.last_delivered_at
+                            .map_or_else(|| "-".into(), |t| t.to_rfc3339()),
+                        format!("{}/{}", st.failures, st.total_failures),
+                        st.last_error.unwrap_or_else(|| "-".into()),
+                    ]
+                })
+                .collect();
+            println!(
+                "{}",
+                crate::output::table(
+                    &[
+                        "NAME",
+                        "URL",
+                        "EVENTS",
+                        "LAST DELIVERED",
+                        "AT",
+                        "FAILURES (NOW/EVER)",
+                        "LAST ERROR"
+                    ],
+                    rows,
+                    &[3],
+                )
+            );
+        }
+    }
+    Ok(())
+}

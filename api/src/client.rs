@@ -278,6 +278,17 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Webhooks with their delivery state.
+    pub async fn webhooks(&self) -> Result<crate::webhook::WebhookList, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/webhooks", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

@@ -34,6 +34,7 @@ pub mod queue;
 pub mod quota_schedule;
 pub mod usage;
 pub mod validation;
+pub mod webhook;
 pub mod workload;
 
 pub use decode::{

@@ -12,6 +12,7 @@ pub mod members;
 pub mod scheduling;
 pub mod tidal;
 pub mod usage;
+pub mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,6 +71,9 @@ pub struct FederationState {
     /// What chargeback reads: runs, capacity and guarantees over time.
     #[serde(default)]
     pub usage: usage::UsageLedger,
+    /// Notification endpoints with their delivery cursors, by name.
+    #[serde(default)]
+    pub webhooks: BTreeMap<String, tideway_api::webhook::Webhook>,
 }
 
 impl Default for FederationState {
@@ -97,6 +101,7 @@ impl Default for FederationState {
             clock: None,
             audit: Default::default(),
             usage: Default::default(),
+            webhooks: BTreeMap::new(),
         }
     }
 }
@@ -314,6 +319,27 @@ impl FederationState {
             Command::CancelWorkload { id, at } => {
                 self.tick(at);
                 self.cancel(&id, at, index)
+            }
+            Command::PutWebhook { webhook, at } => {
+                self.tick(at);
+                self.put_webhook(*webhook, at, index)
+            }
+            Command::WebhookDelivered { name, seq, at } => {
+                self.tick(at);
+                self.webhook_delivered(&name, seq, at)
+            }
+            Command::WebhookFailed {
+                name,
+                seq,
+                error,
+                at,
+            } => {
+                self.tick(at);
+                self.webhook_failed(&name, seq, &error)
+            }
+            Command::WebhookSkipped { name, to, at } => {
+                self.tick(at);
+                self.webhook_skipped(&name, to)
             }
             Command::CompactWorkloads { names, before, at } => {
                 self.tick(at);
