@@ -261,10 +261,7 @@ fn whole(t: DateTime<Utc>) -> DateTime<Utc> {
 fn midnights(from: DateTime<Utc>, end: DateTime<Utc>, tz: Tz) -> Vec<DateTime<Utc>> {
     let mut out = Vec::new();
     let mut day = from.with_timezone(&tz).date_naive();
-    loop {
-        let Some(next) = day.succ_opt() else {
-            break;
-        };
+    while let Some(next) = day.succ_opt() {
         day = next;
         let Some(start) = day_start(day, tz) else {
             continue;
