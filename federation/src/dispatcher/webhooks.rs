@@ -98,10 +98,10 @@ pub async fn webhook_loop(
             Err(_) => continue,
         };
         for name in names {
-            if !workers.contains_key(&name) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = workers.entry(name) {
                 let ctx = ctx.clone();
-                let n = name.clone();
-                workers.insert(name, tokio::spawn(async move { worker(ctx, n).await }));
+                let n = slot.key().clone();
+                slot.insert(tokio::spawn(async move { worker(ctx, n).await }));
             }
         }
     }
