@@ -178,6 +178,10 @@ pub fn account(input: &UsageInput<'_>, from: DateTime<Utc>, to: DateTime<Utc>, t
         for f in flavors {
             let cap = input.capacity.get(f).map_or(0, |s| value_at(s, a));
             let used = used_by_flavor.get(f).copied().unwrap_or(0);
+            if cap == 0 && used == 0 {
+                // Before the flavor existed (or after it left): nothing to account.
+                continue;
+            }
             let acc = out.flavors.entry((day, f.to_string())).or_default();
             acc.capacity += cap * secs;
             acc.used += used * secs;

@@ -109,6 +109,26 @@ async fn a_preemption_notice_reaches_the_webhook_and_the_usage_report_adds_up() 
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+    // Only once every low job runs does the gang fit nowhere without evicting some.
+    for i in 0..16 {
+        let name = format!("low-{i}");
+        loop {
+            let phase = c
+                .get(&name, true)
+                .await
+                .ok()
+                .and_then(|w| w.status)
+                .map(|s| s.phase);
+            if phase == Some(tideway_api::WorkloadPhase::Running) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} is {phase:?}, never Running"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
     c.submit_raw(job("urgent", "high", 4).into_bytes(), false, Some("urgent"))
         .await
         .expect("urgent accepted");
@@ -120,7 +140,17 @@ async fn a_preemption_notice_reaches_the_webhook_and_the_usage_report_adds_up() 
         if Instant::now() > deadline {
             let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(30).collect();
-            panic!("{} notices so far; dev log tail: {tail:#?}", notices.len());
+            let hooks = c.webhooks().await;
+            let preempted = c
+                .events(&[("kind", "Preempted".to_string())])
+                .await
+                .map(|l| l.items.len());
+            let urgent = c.get("urgent", true).await.map(|w| w.status);
+            panic!(
+                "{} notices so far; webhooks {hooks:?}; Preempted records {preempted:?}; \
+                 urgent {urgent:?}; dev log tail: {tail:#?}",
+                notices.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
@@ -142,6 +172,7 @@ async fn a_preemption_notice_reaches_the_webhook_and_the_usage_report_adds_up() 
         .usage(&[
             ("from", "2026-01-01".to_string()),
             ("to", "2026-01-10".to_string()),
+            ("groupBy", "queue,tenant,flavor".to_string()),
         ])
         .await
         .expect("usage");
@@ -158,6 +189,15 @@ async fn a_preemption_notice_reaches_the_webhook_and_the_usage_report_adds_up() 
             f.capacity_gpu_seconds + f.over_gpu_seconds,
             "{f:?}"
         );
+    }
+    for f in &report.flavors {
+        let by_queues: u64 = report
+            .queues
+            .iter()
+            .filter(|q| q.flavor.as_deref() == Some(f.flavor.as_str()))
+            .map(|q| q.used_gpu_seconds)
+            .sum();
+        assert_eq!(by_queues, f.used_gpu_seconds, "{report:?}");
     }
     for q in &report.queues {
         assert_eq!(
