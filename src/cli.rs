@@ -204,6 +204,9 @@ pub enum Cmd {
     },
     /// Webhooks and their delivery state (last delivered, failures, last error).
     Webhooks {
+        /// Delete this webhook instead of listing (its deliveries stop).
+        #[arg(long, value_name = "NAME")]
+        delete: Option<String>,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: OutputFormat,
         #[command(flatten)]
@@ -580,7 +583,16 @@ impl Cli {
                 let report = target.client()?.usage(&params).await?;
                 crate::usage_out::print_usage(&report, output)
             }
-            Cmd::Webhooks { output, target } => {
+            Cmd::Webhooks {
+                delete: Some(name),
+                target,
+                ..
+            } => {
+                let w = target.client()?.delete_webhook(&name).await?;
+                println!("webhook/{} deleted", w.metadata.name);
+                Ok(())
+            }
+            Cmd::Webhooks { output, target, .. } => {
                 let list = target.client()?.webhooks().await?;
                 crate::usage_out::print_webhooks(&list.items, output)
             }

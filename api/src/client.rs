@@ -289,6 +289,17 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Deletes a webhook; answers it as it was.
+    pub async fn delete_webhook(&self, name: &str) -> Result<crate::webhook::Webhook, ClientError> {
+        let resp = self
+            .http
+            .delete(format!("{}/v1/webhooks/{name}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

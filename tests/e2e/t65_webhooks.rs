@@ -200,4 +200,16 @@ async fn webhooks_are_signed_retried_and_survive_a_leader_kill() {
         ok && out.contains("ops") && out.contains("HTTP 500"),
         "{out}{err}"
     );
+    let (ok, out, err) = tideway(&addrs[0], &["webhooks", "--delete", "ops"]);
+    assert!(ok && out.contains("webhook/ops deleted"), "{out}{err}");
+    assert!(
+        survivors[0]
+            .webhooks()
+            .await
+            .expect("webhooks")
+            .items
+            .is_empty()
+    );
+    let (ok, _, err) = tideway(&addrs[0], &["webhooks", "--delete", "ops"]);
+    assert!(!ok && err.contains("not found"), "{err}");
 }

@@ -155,6 +155,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/capacity", get(members::capacity))
         .route("/v1/usage", get(usage::report))
         .route("/v1/webhooks", get(webhooks::list))
+        .route("/v1/webhooks/{name}", delete(webhooks::delete))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/join", post(cluster::join))
         .route("/v1/cluster/remove", post(cluster::remove))

@@ -151,6 +151,8 @@ pub enum Command {
         webhook: Box<tideway_api::webhook::Webhook>,
         at: DateTime<Utc>,
     },
+    /// Delete a webhook; its deliveries stop.
+    DeleteWebhook { name: String, at: DateTime<Utc> },
     /// The leader got a 2xx for audit event `seq` from webhook `name`.
     WebhookDelivered {
         name: String,

@@ -324,6 +324,10 @@ impl FederationState {
                 self.tick(at);
                 self.put_webhook(*webhook, at, index)
             }
+            Command::DeleteWebhook { name, at } => {
+                self.tick(at);
+                self.delete_webhook(&name)
+            }
             Command::WebhookDelivered { name, seq, at } => {
                 self.tick(at);
                 self.webhook_delivered(&name, seq, at)

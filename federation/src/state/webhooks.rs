@@ -45,6 +45,16 @@ impl FederationState {
         }
     }
 
+    /// Removes a webhook; answers it as it was.
+    pub(super) fn delete_webhook(&mut self, name: &str) -> CommandResult {
+        match self.webhooks.remove(name) {
+            Some(w) => CommandResult::Created {
+                object: StoredObject::Webhook(Box::new(w)),
+            },
+            None => not_found(name),
+        }
+    }
+
     /// Event `seq` was acknowledged: the cursor moves past it (never back).
     pub(super) fn webhook_delivered(
         &mut self,
