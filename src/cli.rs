@@ -181,6 +181,37 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
+    /// GPU-hours per queue, tenant, flavor and day: guaranteed, borrowed and idle.
+    Usage {
+        /// Start: RFC 3339, or a date (midnight in --tz).
+        #[arg(long)]
+        from: String,
+        /// End: as --from; now if left out.
+        #[arg(long)]
+        to: Option<String>,
+        /// IANA time zone days are cut in (default UTC).
+        #[arg(long)]
+        tz: Option<String>,
+        /// Comma-separated: day, queue, tenant, flavor (default all).
+        #[arg(long)]
+        group_by: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: crate::usage_out::UsageFormat,
+        #[arg(long)]
+        stale: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Webhooks and their delivery state (last delivered, failures, last error).
+    Webhooks {
+        /// Delete this webhook instead of listing (its deliveries stop).
+        #[arg(long, value_name = "NAME")]
+        delete: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Member clusters and their health.
     Members {
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -532,6 +563,38 @@ impl Cli {
             } => {
                 let v = target.client()?.capacity(stale).await?;
                 output::print_capacity(&v, output)
+            }
+            Cmd::Usage {
+                from,
+                to,
+                tz,
+                group_by,
+                output,
+                stale,
+                target,
+            } => {
+                let mut params: Vec<(&str, String)> =
+                    vec![("from", from), ("stale", stale.to_string())];
+                for (k, v) in [("to", to), ("tz", tz), ("groupBy", group_by)] {
+                    if let Some(v) = v {
+                        params.push((k, v));
+                    }
+                }
+                let report = target.client()?.usage(&params).await?;
+                crate::usage_out::print_usage(&report, output)
+            }
+            Cmd::Webhooks {
+                delete: Some(name),
+                target,
+                ..
+            } => {
+                let w = target.client()?.delete_webhook(&name).await?;
+                println!("webhook/{} deleted", w.metadata.name);
+                Ok(())
+            }
+            Cmd::Webhooks { output, target, .. } => {
+                let list = target.client()?.webhooks().await?;
+                crate::usage_out::print_webhooks(&list.items, output)
             }
             Cmd::Members { output, target } => {
                 let v = target.client()?.members().await?;

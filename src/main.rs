@@ -7,6 +7,7 @@ mod config;
 mod launcher;
 mod output;
 mod simulate_cmd;
+mod usage_out;
 
 use clap::Parser;
 

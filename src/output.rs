@@ -23,7 +23,7 @@ pub fn print_one<T: Serialize>(v: &T, fmt: OutputFormat) -> anyhow::Result<()> {
 
 /// A borderless table like `kubectl get` prints: columns two spaces apart, the first at the
 /// start of the line (scripts `grep ^name`), `right` columns (numbers) aligned right.
-fn table(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) -> String {
     let mut t = Table::new();
     t.load_style(presets::NOTHING);
     t.set_header(header.to_vec());

@@ -263,6 +263,43 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// The usage report: `(name, value)` pairs of `GET /v1/usage`' parameters.
+    pub async fn usage(
+        &self,
+        params: &[(&str, String)],
+    ) -> Result<crate::usage::UsageReport, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/usage", self.addr))
+            .query(params)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Webhooks with their delivery state.
+    pub async fn webhooks(&self) -> Result<crate::webhook::WebhookList, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/webhooks", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Deletes a webhook; answers it as it was.
+    pub async fn delete_webhook(&self, name: &str) -> Result<crate::webhook::Webhook, ClientError> {
+        let resp = self
+            .http
+            .delete(format!("{}/v1/webhooks/{name}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// One page of workloads.
     pub async fn list(&self, q: &ListQuery) -> Result<WorkloadList, ClientError> {
         let mut params: Vec<(&str, String)> = vec![("stale", q.stale.to_string())];

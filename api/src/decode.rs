@@ -20,6 +20,7 @@ use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::quota_schedule::QuotaSchedule;
 use crate::validation::{FieldError, Validate, ValidationErrors, key_path};
+use crate::webhook::Webhook;
 use crate::workload::Workload;
 
 /// The document formats Tideway reads, chosen by content type or sniffed from the bytes.
@@ -286,17 +287,20 @@ pub enum AnyResource {
     MemberCluster(MemberCluster),
     /// A `Policy` document.
     Policy(Policy),
+    /// A `Webhook` document.
+    Webhook(Webhook),
 }
 
 impl AnyResource {
     /// Every `kind` this enum dispatches on, for the "unknown kind" error message.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         Workload::KIND,
         Queue::KIND,
         PriorityClass::KIND,
         QuotaSchedule::KIND,
         MemberCluster::KIND,
         Policy::KIND,
+        Webhook::KIND,
     ];
 
     /// The document's `kind`.
@@ -308,6 +312,7 @@ impl AnyResource {
             Self::QuotaSchedule(_) => QuotaSchedule::KIND,
             Self::MemberCluster(_) => MemberCluster::KIND,
             Self::Policy(_) => Policy::KIND,
+            Self::Webhook(_) => Webhook::KIND,
         }
     }
 
@@ -320,6 +325,7 @@ impl AnyResource {
             Self::QuotaSchedule(r) => r.metadata(),
             Self::MemberCluster(r) => r.metadata(),
             Self::Policy(r) => r.metadata(),
+            Self::Webhook(r) => r.metadata(),
         }
     }
 }
@@ -333,6 +339,7 @@ impl Validate for AnyResource {
             Self::QuotaSchedule(r) => r.validate(),
             Self::MemberCluster(r) => r.validate(),
             Self::Policy(r) => r.validate(),
+            Self::Webhook(r) => r.validate(),
         }
     }
 }
@@ -346,6 +353,7 @@ impl Serialize for AnyResource {
             Self::QuotaSchedule(r) => r.serialize(serializer),
             Self::MemberCluster(r) => r.serialize(serializer),
             Self::Policy(r) => r.serialize(serializer),
+            Self::Webhook(r) => r.serialize(serializer),
         }
     }
 }
@@ -363,6 +371,7 @@ pub fn decode_resource(
         QuotaSchedule::KIND => AnyResource::QuotaSchedule(decode_any(bytes, content_type_hint)?),
         MemberCluster::KIND => AnyResource::MemberCluster(decode_any(bytes, content_type_hint)?),
         Policy::KIND => AnyResource::Policy(decode_any(bytes, content_type_hint)?),
+        Webhook::KIND => AnyResource::Webhook(decode_any(bytes, content_type_hint)?),
         other => {
             return Err(DecodeError::Invalid {
                 format: content_type_hint

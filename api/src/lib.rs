@@ -32,7 +32,9 @@ pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
+pub mod usage;
 pub mod validation;
+pub mod webhook;
 pub mod workload;
 
 pub use decode::{

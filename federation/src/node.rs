@@ -187,6 +187,13 @@ impl Node {
                 state.proposer.clone(),
                 state.clock.clone(),
             )),
+            tokio::spawn(crate::dispatcher::webhooks::webhook_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                cfg.clock.clone(),
+                Default::default(),
+            )),
             tokio::spawn(crate::dispatcher::retention::compaction_loop(
                 raft.clone(),
                 state.data.clone(),

@@ -46,6 +46,7 @@ mod reclaim;
 mod reservation;
 mod routing;
 pub mod tidal;
+pub mod usage;
 
 pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
 pub use error::InputError;

@@ -12,6 +12,8 @@ mod t40_partition;
 mod t50_bad_input;
 mod t55_forwarding;
 mod t60_cli;
+mod t65_webhooks;
+mod t66_dev_notifications_usage;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;

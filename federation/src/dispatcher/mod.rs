@@ -15,6 +15,7 @@ pub mod liveness;
 pub mod recovery;
 pub mod retention;
 pub mod tidal;
+pub mod webhooks;
 
 use std::time::Duration;
 

@@ -129,23 +129,7 @@ pub fn quota_overrides(
 
 /// The scheduler's view of the members, for shares of live capacity.
 pub fn cluster_views(state: &FederationState) -> Vec<ClusterView> {
-    state
-        .members
-        .iter()
-        .filter_map(|(name, rec)| {
-            Some(ClusterView {
-                name: name.clone(),
-                region: rec.cluster.spec.region.clone(),
-                ready: rec
-                    .cluster
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.phase.accepts_work()),
-                digest: rec.digest.clone()?,
-                declared_levels: Some(rec.cluster.spec.topology_levels.clone()),
-            })
-        })
-        .collect()
+    state.cluster_views()
 }
 
 /// Where schedule `name` stands and `hours` hours of its quotas from `now`; `None` when

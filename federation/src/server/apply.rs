@@ -1,5 +1,5 @@
 //! `POST /v1/apply`: create or replace queues, priority classes and quota schedules from a
-//! document, or apply a whole policy bundle.
+//! document, apply a whole policy bundle, or create or replace a webhook.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -47,11 +47,15 @@ pub async fn apply(
             policy: Box::new(p),
             at,
         },
+        AnyResource::Webhook(w) => Command::PutWebhook {
+            webhook: Box::new(w),
+            at,
+        },
         other => {
             return Err(ApiError::field(
                 "kind",
                 format!(
-                    "apply takes Queue, PriorityClass, QuotaSchedule and Policy; submit a Workload with `submit`, not {}",
+                    "apply takes Queue, PriorityClass, QuotaSchedule, Policy and Webhook; submit a Workload with `submit`, not {}",
                     other.kind()
                 ),
             ));
@@ -72,6 +76,9 @@ pub async fn apply(
         CommandResult::Created {
             object: StoredObject::QuotaSchedule(s),
         } => Ok(Json(AnyResource::QuotaSchedule(*s))),
+        CommandResult::Created {
+            object: StoredObject::Webhook(w),
+        } => Ok(Json(AnyResource::Webhook(*w))),
         CommandResult::Updated { .. } if policy.is_some() => match policy {
             Some(p) => Ok(Json(AnyResource::Policy(p))),
             None => Err(ApiError::Internal("policy lost".into())),

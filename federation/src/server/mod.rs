@@ -14,6 +14,8 @@ pub mod members;
 pub mod metrics;
 pub mod schedules;
 pub mod ui;
+pub mod usage;
+pub mod webhooks;
 pub mod workloads;
 
 use std::sync::{Arc, RwLock};
@@ -151,6 +153,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/members/{name}/uncordon", post(lifecycle::uncordon))
         .route("/v1/members/{name}/drain", post(lifecycle::drain))
         .route("/v1/capacity", get(members::capacity))
+        .route("/v1/usage", get(usage::report))
+        .route("/v1/webhooks", get(webhooks::list))
+        .route("/v1/webhooks/{name}", delete(webhooks::delete))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/join", post(cluster::join))
         .route("/v1/cluster/remove", post(cluster::remove))

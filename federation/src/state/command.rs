@@ -146,6 +146,32 @@ pub enum Command {
     },
     /// Cancel a pending or running workload, by name or UID.
     CancelWorkload { id: String, at: DateTime<Utc> },
+    /// Create or replace a webhook (its cursor and counters stay).
+    PutWebhook {
+        webhook: Box<tideway_api::webhook::Webhook>,
+        at: DateTime<Utc>,
+    },
+    /// Delete a webhook; its deliveries stop.
+    DeleteWebhook { name: String, at: DateTime<Utc> },
+    /// The leader got a 2xx for audit event `seq` from webhook `name`.
+    WebhookDelivered {
+        name: String,
+        seq: u64,
+        at: DateTime<Utc>,
+    },
+    /// An attempt to deliver audit event `seq` to webhook `name` failed.
+    WebhookFailed {
+        name: String,
+        seq: u64,
+        error: String,
+        at: DateTime<Utc>,
+    },
+    /// Events before `to` left the bounded audit trail before webhook `name` got them.
+    WebhookSkipped {
+        name: String,
+        to: u64,
+        at: DateTime<Utc>,
+    },
     /// Remove these terminal workloads, if they finished before `before` (chosen by the
     /// leader from its retention setting; apply checks each again).
     CompactWorkloads {
@@ -213,6 +239,7 @@ pub enum StoredObject {
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
     QuotaSchedule(Box<QuotaSchedule>),
+    Webhook(Box<tideway_api::webhook::Webhook>),
 }
 
 #[cfg(test)]

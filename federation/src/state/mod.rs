@@ -11,6 +11,8 @@ pub mod lifecycle;
 pub mod members;
 pub mod scheduling;
 pub mod tidal;
+pub mod usage;
+pub mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,6 +68,12 @@ pub struct FederationState {
     /// Every change, with its actor.
     #[serde(default)]
     pub audit: audit::AuditTrail,
+    /// What chargeback reads: runs, capacity and guarantees over time.
+    #[serde(default)]
+    pub usage: usage::UsageLedger,
+    /// Notification endpoints with their delivery cursors, by name.
+    #[serde(default)]
+    pub webhooks: BTreeMap<String, tideway_api::webhook::Webhook>,
 }
 
 impl Default for FederationState {
@@ -92,6 +100,8 @@ impl Default for FederationState {
             tidal: Default::default(),
             clock: None,
             audit: Default::default(),
+            usage: Default::default(),
+            webhooks: BTreeMap::new(),
         }
     }
 }
@@ -199,8 +209,10 @@ impl FederationState {
 
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
         let (hint, actor) = audit::Hint::of(&cmd);
+        let touch = usage::Touch::of(&cmd);
         let res = self.apply_command(index, cmd);
         self.record(index, hint, actor, &res);
+        self.observe_usage(touch);
         res
     }
 
@@ -307,6 +319,31 @@ impl FederationState {
             Command::CancelWorkload { id, at } => {
                 self.tick(at);
                 self.cancel(&id, at, index)
+            }
+            Command::PutWebhook { webhook, at } => {
+                self.tick(at);
+                self.put_webhook(*webhook, at, index)
+            }
+            Command::DeleteWebhook { name, at } => {
+                self.tick(at);
+                self.delete_webhook(&name)
+            }
+            Command::WebhookDelivered { name, seq, at } => {
+                self.tick(at);
+                self.webhook_delivered(&name, seq, at)
+            }
+            Command::WebhookFailed {
+                name,
+                seq,
+                error,
+                at,
+            } => {
+                self.tick(at);
+                self.webhook_failed(&name, seq, &error)
+            }
+            Command::WebhookSkipped { name, to, at } => {
+                self.tick(at);
+                self.webhook_skipped(&name, to)
             }
             Command::CompactWorkloads { names, before, at } => {
                 self.tick(at);
