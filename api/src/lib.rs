@@ -28,10 +28,12 @@ pub mod member_cluster;
 pub mod meta;
 pub mod names;
 pub mod policy;
+pub mod policy_version;
 pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
+pub mod rollout;
 pub mod validation;
 pub mod workload;
 
@@ -45,6 +47,10 @@ pub use member_cluster::{
 pub use meta::{API_VERSION, MetaError, ObjectMeta, Resource, TypeMeta, new_uid, validate_name};
 pub use names::{ClusterName, Uid, WorkloadName};
 pub use policy::{Policy, PolicySpec, PolicyStatus, SchedulerSettings};
+pub use policy_version::{
+    DiffEntry, DiffRequest, DryRunReport, DryRunWorkload, PolicyDiff, PolicyHistory,
+    PolicyVersionSummary, QuotaMove, RollbackRequest,
+};
 pub use priority_class::{
     Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
 };
@@ -55,6 +61,7 @@ pub use quota_schedule::{
     QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
     TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
+pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
