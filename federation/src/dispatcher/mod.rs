@@ -10,6 +10,7 @@ mod convert;
 pub mod cycle;
 #[cfg(test)]
 mod cycle_tests;
+pub mod dry_run;
 pub mod estimates;
 pub mod liveness;
 pub mod recovery;

@@ -146,6 +146,23 @@ pub enum Command {
     },
     /// Cancel a pending or running workload, by name or UID.
     CancelWorkload { id: String, at: DateTime<Utc> },
+    /// Restore policy version `to` (default: the rollout's base, or the version before the
+    /// current) as the next version. `only_candidate`: only while that version is being
+    /// rolled out (a trigger's rollback, proposed by the leader).
+    RollbackPolicy {
+        to: Option<u64>,
+        only_candidate: Option<u64>,
+        applied_by: Option<String>,
+        /// Why: the operator's note, or the trigger and its measured value.
+        message: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// Apply the scoped candidate to the whole fleet, as the next version.
+    WidenPolicy {
+        applied_by: Option<String>,
+        message: Option<String>,
+        at: DateTime<Utc>,
+    },
     /// Remove these terminal workloads, if they finished before `before` (chosen by the
     /// leader from its retention setting; apply checks each again).
     CompactWorkloads {
@@ -213,6 +230,7 @@ pub enum StoredObject {
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
     QuotaSchedule(Box<QuotaSchedule>),
+    Policy(Box<Policy>),
 }
 
 #[cfg(test)]
