@@ -187,6 +187,12 @@ impl Node {
                 state.proposer.clone(),
                 state.clock.clone(),
             )),
+            tokio::spawn(crate::dispatcher::rollout::rollout_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.clock.clone(),
+            )),
             tokio::spawn(crate::dispatcher::retention::compaction_loop(
                 raft.clone(),
                 state.data.clone(),

@@ -15,6 +15,7 @@ pub mod estimates;
 pub mod liveness;
 pub mod recovery;
 pub mod retention;
+pub mod rollout;
 pub mod tidal;
 
 use std::time::Duration;
