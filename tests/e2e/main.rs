@@ -12,6 +12,7 @@ mod t40_partition;
 mod t50_bad_input;
 mod t55_forwarding;
 mod t60_cli;
+mod t63_policy_rollout;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;

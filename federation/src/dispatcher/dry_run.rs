@@ -169,3 +169,174 @@ fn admitted<'a>(state: &'a FederationState, f: &Fate<'_>) -> BTreeMap<&'a str, u
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tideway_api::digest::{GpuCounts, PoolDigest};
+    use tideway_api::{
+        FlavorQuota, MemberCluster, MemberClusterSpec, PendingReason, PodSet, PolicySpec, PoolKind,
+        Queue, QueueSpec, Workload, WorkloadClass, WorkloadSpec,
+    };
+
+    use super::*;
+    use crate::state::command::Command;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("time")
+    }
+
+    fn policy(gpus: u32) -> Policy {
+        let mut spec = QueueSpec::new("default");
+        spec.quotas = vec![FlavorQuota {
+            max: Some(gpus),
+            ..FlavorQuota::guaranteed("H100", gpus)
+        }];
+        Policy::new(
+            "p",
+            PolicySpec {
+                queues: vec![Queue::new("default", spec)],
+                ..Default::default()
+            },
+        )
+    }
+
+    fn digest() -> CapacityDigest {
+        CapacityDigest {
+            cluster: "a".into(),
+            generated_at: t(0),
+            pools: vec![PoolDigest {
+                pool: "p0".into(),
+                kind: PoolKind::Training,
+                flavor: "H100".into(),
+                counts: GpuCounts {
+                    total: 16,
+                    free_histogram: vec![0, 0, 0, 0, 0, 0, 0, 0, 2],
+                    ..Default::default()
+                },
+                domains: vec![],
+            }],
+        }
+    }
+
+    fn state() -> FederationState {
+        let mut s = FederationState::default();
+        s.apply(
+            1,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(0),
+            },
+        );
+        s.apply(
+            2,
+            Command::PutPolicy {
+                policy: Box::new(policy(16)),
+                at: t(1),
+            },
+        );
+        let mut w = Workload::new(
+            "wait",
+            WorkloadSpec::new(
+                "default",
+                WorkloadClass::Training,
+                vec![PodSet::new("w", 1, 8, "H100")],
+            ),
+        );
+        w.metadata.uid = Some("u-wait".into());
+        s.apply(
+            3,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "k".into(),
+                at: t(2),
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn a_starving_candidate_shows_newly_pending_work_and_the_quota_move() {
+        let s = state();
+        let before = s.clone();
+        let r = dry_run(&s, policy(0), |_| Some(digest()), t(10), 3).unwrap();
+        assert_eq!(s, before, "a dry-run changes nothing");
+        assert!(
+            r.newly_admitted.is_empty() && r.newly_preempted.is_empty(),
+            "{r:?}"
+        );
+        assert_eq!(r.newly_pending.len(), 1, "{r:?}");
+        assert_eq!(r.newly_pending[0].workload, "wait");
+        assert!(
+            matches!(
+                r.newly_pending[0].reason,
+                Some(PendingReason::QuotaExhausted { .. })
+            ),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.quota_moves,
+            vec![QuotaMove {
+                queue: "default".into(),
+                guaranteed_now: 16,
+                guaranteed_candidate: 0,
+                admitted_gpus_now: 8,
+                admitted_gpus_candidate: 0,
+            }]
+        );
+        // The other way round, the same work is newly admitted.
+        let mut starved = s.clone();
+        starved.apply(
+            4,
+            Command::PutPolicy {
+                policy: Box::new(policy(0)),
+                at: t(3),
+            },
+        );
+        let r = dry_run(&starved, policy(16), |_| Some(digest()), t(10), 4).unwrap();
+        assert_eq!(r.newly_admitted.len(), 1, "{r:?}");
+        assert_eq!(r.newly_admitted[0].cluster.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn the_version_in_force_and_its_rollback_change_nothing() {
+        let mut s = state();
+        let r = dry_run(&s, policy(16), |_| Some(digest()), t(10), 3).unwrap();
+        assert!(r.no_change(), "{r:?}");
+        s.apply(
+            4,
+            Command::PutPolicy {
+                policy: Box::new(policy(0)),
+                at: t(3),
+            },
+        );
+        s.apply(
+            5,
+            Command::RollbackPolicy {
+                to: None,
+                only_candidate: None,
+                applied_by: None,
+                message: None,
+                at: t(4),
+            },
+        );
+        assert_eq!(s.policy.current(), 3);
+        let r = dry_run(&s, policy(16), |_| Some(digest()), t(10), 5).unwrap();
+        assert!(r.no_change(), "{r:?}");
+    }
+
+    #[test]
+    fn a_candidate_apply_would_refuse_is_refused() {
+        let s = state();
+        let mut p = policy(16);
+        p.spec.queues[0].metadata.name = "other".into();
+        let r = dry_run(&s, p, |_| Some(digest()), t(10), 3);
+        assert!(matches!(r, Err(Rejection::Invalid { .. })), "{r:?}");
+    }
+}

@@ -347,10 +347,10 @@ impl FederationState {
         origin: Origin,
     ) -> CommandResult {
         let version = self.policy.current() + 1;
-        let effective = match &rollout {
+        let effective = with_builtins(match &rollout {
             Some(r) => effective_spec(&r.base_spec, &policy.spec, &r.scope),
             None => policy.spec.clone(),
-        };
+        });
         let errors = self.still_referenced(&effective);
         if !errors.is_empty() {
             return CommandResult::Rejected {
@@ -461,6 +461,18 @@ impl FederationState {
         }
         self.tidal.settings = Some(spec.scheduler);
     }
+}
+
+/// A bundle that lists no priority classes (or no queues) runs the built-in ones of version
+/// 0, as its validation assumes: leaving the list out means "the defaults", not "none".
+fn with_builtins(mut spec: PolicySpec) -> PolicySpec {
+    if spec.priority_classes.is_empty() {
+        spec.priority_classes = bootstrap::default_priority_classes();
+    }
+    if spec.queues.is_empty() {
+        spec.queues = vec![bootstrap::default_queue()];
+    }
+    spec
 }
 
 fn busy(reason: String) -> CommandResult {
@@ -693,6 +705,19 @@ mod tests {
         let v1 = s.policy.get(1).unwrap();
         assert!(v1.spec.queue("default").is_some() && v1.spec.queue("serving").is_some());
         assert_eq!(s.audit.events.back().map(|e| e.policy_version), Some(1));
+    }
+
+    #[test]
+    fn a_bundle_without_priority_classes_runs_the_built_in_ones() {
+        let mut s = FederationState::default();
+        let mut p = bundle(1, 1);
+        p.spec.priority_classes.clear();
+        put(&mut s, 1, p);
+        assert!(s.priority_classes.contains_key("normal"));
+        assert!(
+            s.policy.get(1).unwrap().spec.priority_classes.is_empty(),
+            "as written"
+        );
     }
 
     #[test]
