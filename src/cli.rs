@@ -287,9 +287,21 @@ pub enum PolicyCmd {
         target: Target,
     },
     /// What a candidate bundle would change now on the live state; nothing is applied.
+    /// With --replay, the submissions of that last span replayed in the simulator instead.
     DryRun {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// Replay the audit trail's submissions of this last span (`24h`, `90m`, `2d`)
+        /// through the simulator under the current policy and the candidate.
+        #[arg(long, value_parser = crate::policy_replay::parse_duration, requires = "clusters")]
+        replay: Option<chrono::Duration>,
+        /// The simulator fleet file the replay runs on (the federation knows digests, not
+        /// node layouts).
+        #[arg(long)]
+        clusters: Option<PathBuf>,
+        /// Tie-break seed of both simulated runs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: OutputFormat,
         #[command(flatten)]
@@ -696,8 +708,21 @@ async fn policy(cmd: PolicyCmd) -> anyhow::Result<()> {
         }
         PolicyCmd::DryRun {
             file,
+            replay: Some(window),
+            clusters: Some(clusters),
+            seed,
             output,
             target,
+        } => {
+            let client = target.client()?;
+            let r = crate::policy_replay::replay(&client, &file, window, clusters, seed).await?;
+            output::print_replay(&r, output)?;
+        }
+        PolicyCmd::DryRun {
+            file,
+            output,
+            target,
+            ..
         } => {
             let (body, yaml) = read_manifest(&file)?;
             let r = target.client()?.policy_dry_run_raw(body, yaml).await?;

@@ -446,30 +446,6 @@ pub fn print_events(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_start_rows_at_the_line_start_and_align_numbers() {
-        let out = table(
-            &["NAME", "GPUS"],
-            vec![
-                vec!["a-long-name".into(), "8".into()],
-                vec!["b".into(), "128".into()],
-            ],
-            &[1],
-        );
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), 3, "{out}");
-        assert!(lines[0].starts_with("NAME"), "{out}");
-        assert!(lines[1].starts_with("a-long-name"), "{out}");
-        assert!(lines[1].ends_with("  8"), "{out}");
-        assert!(lines[2].starts_with("b "), "{out}");
-        assert!(lines[2].ends_with("128"), "{out}");
-    }
-}
-
 /// `tideway policy history`.
 pub fn print_policy_history(
     h: &tideway_api::PolicyHistory,
@@ -591,4 +567,68 @@ pub fn print_dry_run(r: &tideway_api::DryRunReport, fmt: OutputFormat) -> anyhow
         table(&["QUEUE", "GUARANTEED GPUS", "ADMITTED GPUS"], rows, &[])
     );
     Ok(())
+}
+
+/// `tideway policy dry-run --replay`.
+pub fn print_replay(
+    r: &crate::policy_replay::ReplayReport,
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
+        return print_one(r, fmt);
+    }
+    println!(
+        "replay of {} submissions from {} to {} (not replayable, compacted: {}): version {} vs the candidate",
+        r.replayed, r.from, r.to, r.not_replayable, r.current_version
+    );
+    println!(
+        "utilization {:.3} -> {:.3}, preemptions {} -> {}",
+        r.utilization_now, r.utilization_candidate, r.preemptions_now, r.preemptions_candidate
+    );
+    let rows = r
+        .queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.queue.clone(),
+                q.jobs.to_string(),
+                format!("{:.0} -> {:.0}", q.wait_p50_now, q.wait_p50_candidate),
+                format!("{:.0} -> {:.0}", q.wait_p95_now, q.wait_p95_candidate),
+                format!("{} -> {}", q.preemptions_now, q.preemptions_candidate),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &["QUEUE", "JOBS", "WAIT P50 S", "WAIT P95 S", "PREEMPTIONS"],
+            rows,
+            &[1],
+        )
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_start_rows_at_the_line_start_and_align_numbers() {
+        let out = table(
+            &["NAME", "GPUS"],
+            vec![
+                vec!["a-long-name".into(), "8".into()],
+                vec!["b".into(), "128".into()],
+            ],
+            &[1],
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("NAME"), "{out}");
+        assert!(lines[1].starts_with("a-long-name"), "{out}");
+        assert!(lines[1].ends_with("  8"), "{out}");
+        assert!(lines[2].starts_with("b "), "{out}");
+        assert!(lines[2].ends_with("128"), "{out}");
+    }
 }

@@ -13,6 +13,7 @@ mod t50_bad_input;
 mod t55_forwarding;
 mod t60_cli;
 mod t63_policy_rollout;
+mod t64_policy_replay;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;

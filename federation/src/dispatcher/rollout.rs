@@ -54,10 +54,9 @@ pub fn observe(state: &FederationState, now: DateTime<Utc>) -> Option<RolloutObs
                 let Some(st) = &w.status else { continue };
                 let Some(sub) = st.submitted_at else { continue };
                 match (st.phase, st.admitted_at) {
-                    (WorkloadPhase::Pending, _) => {
-                        if sub <= now && now - sub <= window + (now - since) {
-                            after.push(secs(now - sub.max(since)));
-                        }
+                    // Pending work counts at its wait under the candidate so far.
+                    (WorkloadPhase::Pending, _) if sub >= since - window => {
+                        after.push(secs(now - sub.max(since)));
                     }
                     (_, Some(adm)) if adm < since && adm >= since - window => {
                         before.push(secs(adm - sub));
