@@ -55,18 +55,16 @@ pub async fn apply(
         .propose(Command::by(actor.as_deref(), cmd))
         .await?
     {
-        CommandResult::Created {
-            object: StoredObject::Queue(q),
-        } => Ok(Json(AnyResource::Queue(*q))),
-        CommandResult::Created {
-            object: StoredObject::PriorityClass(p),
-        } => Ok(Json(AnyResource::PriorityClass(*p))),
-        CommandResult::Created {
-            object: StoredObject::QuotaSchedule(s),
-        } => Ok(Json(AnyResource::QuotaSchedule(*s))),
-        CommandResult::Created {
-            object: StoredObject::Policy(p),
-        } => Ok(Json(AnyResource::Policy(*p))),
+        // Existing: the same rules were in force already; no new version was made.
+        CommandResult::Created { object } | CommandResult::Existing { object } => match object {
+            StoredObject::Queue(q) => Ok(Json(AnyResource::Queue(*q))),
+            StoredObject::PriorityClass(p) => Ok(Json(AnyResource::PriorityClass(*p))),
+            StoredObject::QuotaSchedule(s) => Ok(Json(AnyResource::QuotaSchedule(*s))),
+            StoredObject::Policy(p) => Ok(Json(AnyResource::Policy(*p))),
+            other => Err(ApiError::Internal(format!(
+                "unexpected stored object {other:?}"
+            ))),
+        },
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),

@@ -83,6 +83,9 @@ fn answer(res: CommandResult) -> Result<Json<Policy>, ApiError> {
     match res {
         CommandResult::Created {
             object: StoredObject::Policy(p),
+        }
+        | CommandResult::Existing {
+            object: StoredObject::Policy(p),
         } => Ok(Json(*p)),
         other => Err(ApiError::unexpected(other)),
     }

@@ -215,7 +215,8 @@ impl FederationState {
             rolled_back_to: None,
         };
         match self.new_version(policy, None, origin) {
-            CommandResult::Created { .. } => {
+            res @ (CommandResult::Created { .. } | CommandResult::Existing { .. }) => {
+                let created = matches!(res, CommandResult::Created { .. });
                 let stored = match kind {
                     "queue" => self
                         .queues
@@ -232,8 +233,9 @@ impl FederationState {
                         .map(|s| StoredObject::QuotaSchedule(Box::new(s.clone()))),
                 };
                 match stored {
-                    Some(object) => CommandResult::Created { object },
-                    None => CommandResult::Updated { count: 1 },
+                    Some(object) if created => CommandResult::Created { object },
+                    Some(object) => CommandResult::Existing { object },
+                    None => CommandResult::Updated { count: 0 },
                 }
             }
             other => other,
@@ -346,6 +348,17 @@ impl FederationState {
         rollout: Option<ActiveRollout>,
         origin: Origin,
     ) -> CommandResult {
+        // The same rules again (and no rollout starting or ending) make no new version.
+        if rollout.is_none()
+            && self.policy.rollout.is_none()
+            && origin.rolled_back_to.is_none()
+            && let Some(cur) = self.policy.current_policy()
+            && cur.spec == policy.spec
+        {
+            return CommandResult::Existing {
+                object: StoredObject::Policy(Box::new(cur.clone())),
+            };
+        }
         let version = self.policy.current() + 1;
         let effective = with_builtins(match &rollout {
             Some(r) => effective_spec(&r.base_spec, &policy.spec, &r.scope),
@@ -705,6 +718,37 @@ mod tests {
         let v1 = s.policy.get(1).unwrap();
         assert!(v1.spec.queue("default").is_some() && v1.spec.queue("serving").is_some());
         assert_eq!(s.audit.events.back().map(|e| e.policy_version), Some(1));
+    }
+
+    #[test]
+    fn the_same_rules_again_make_no_new_version() {
+        let mut s = FederationState::default();
+        put(&mut s, 1, bundle(8, 8));
+        let events = s.audit.events.len();
+        assert!(matches!(
+            put(&mut s, 2, bundle(8, 8)),
+            CommandResult::Existing { .. }
+        ));
+        let same = s.apply(
+            3,
+            Command::PutQueue {
+                queue: Box::new(queue("batch", WorkloadClass::Training, 8)),
+                at: t(3),
+            },
+        );
+        assert!(matches!(same, CommandResult::Existing { .. }), "{same:?}");
+        assert_eq!(s.policy.current(), 1);
+        assert_eq!(s.audit.events.len(), events, "nothing to record");
+        // A rollback to the same content is still a version: it is an act of its own.
+        assert!(matches!(
+            rollback(&mut s, 4, Some(0), None),
+            CommandResult::Created { .. }
+        ));
+        assert!(matches!(
+            rollback(&mut s, 5, Some(1), None),
+            CommandResult::Created { .. }
+        ));
+        assert_eq!(s.policy.current(), 3);
     }
 
     #[test]
