@@ -520,6 +520,14 @@ pub struct NodeGpus {
     pub node: String,
     /// GPUs its pods hold on that node.
     pub gpus: u32,
+    /// The node's zone, when the member knows it. With `rack`, it tells the federation in
+    /// which topology domain the member's own gang scheduler actually placed the pods, which
+    /// may differ from the domain the federation planned; preemption plans on the truth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The node's rack, when the member knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// Why a workload is waiting, with the numbers that explain it. Tagged by `type` so clients
@@ -927,6 +935,8 @@ mod tests {
             nodes: vec![NodeGpus {
                 node: "n-17".into(),
                 gpus: 8,
+                zone: Some("eu-west-1a".into()),
+                rack: None,
             }],
         });
         w

@@ -60,7 +60,15 @@ fn start_dev(dir: &Path) -> Dev {
     let addr = free_addr().expect("free port");
     let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
     let child = Command::new(BIN)
-        .args(["dev", "--listen", &addr, "--data"])
+        // Midday in the dev schedule's zone: the same tidal window on every run.
+        .args([
+            "dev",
+            "--listen",
+            &addr,
+            "--start-at",
+            "2026-01-05T12:00:00+01:00",
+            "--data",
+        ])
         .arg(dir.join("data"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))

@@ -79,6 +79,20 @@ pub fn build_input(
         };
         let Some(st) = &w.status else { continue };
         match st.phase {
+            // A preemptor whose victims have left, before the member's digest shows it: the
+            // capacity is free but looks used, so it sits out this cycle instead of having a
+            // second set of victims preempted for it.
+            WorkloadPhase::Pending
+                if w.metadata.uid.as_ref().is_some_and(|uid| {
+                    state.scheduling.settling.get(uid).is_some_and(|s| {
+                        digest_at
+                            .get(s.cluster.as_str())
+                            .is_some_and(|d| *d < s.left_at)
+                            && s.left_at
+                                + Duration::seconds(crate::state::scheduling::SETTLING_LIMIT_SECS)
+                                > now
+                    })
+                }) => {}
             WorkloadPhase::Pending => pending.push(PendingWorkload {
                 workload: w.clone(),
                 submitted_at: st.submitted_at.unwrap_or(now),

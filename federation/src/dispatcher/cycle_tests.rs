@@ -258,3 +258,23 @@ fn a_cycles_decisions_become_the_entry_that_changes_state() {
     assert!(d.is_empty(), "{d:?}");
     assert!(d.reservations.is_empty());
 }
+
+#[test]
+fn a_preemptor_sits_out_until_the_digest_shows_its_victims_gone() {
+    let mut s = state();
+    s.scheduling.settling.insert(
+        "u-wait".into(),
+        crate::state::scheduling::Settling {
+            cluster: "a".into(),
+            left_at: t(10),
+        },
+    );
+    let pending = |digest_at, now| build_input(&s, |_| Some(digest(digest_at)), now, 1).pending;
+    // The digest predates the victims' exit: the capacity looks used, so no second plan.
+    assert!(pending(t(4), t(20)).is_empty());
+    // A digest taken after they left shows the room.
+    assert_eq!(pending(t(10), t(20)).len(), 1);
+    // A member that stops reporting does not hold the preemptor forever.
+    let late = t(10 + crate::state::scheduling::SETTLING_LIMIT_SECS);
+    assert_eq!(pending(t(4), late).len(), 1);
+}

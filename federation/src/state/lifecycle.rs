@@ -96,6 +96,7 @@ impl FederationState {
         }
         self.scheduling.placements.remove(&uid);
         self.scheduling.preempting.remove(&uid);
+        self.scheduling.settling.remove(&uid);
         self.scheduling.reservations.retain(|r| uid != r.uid);
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(stored)),
@@ -139,6 +140,7 @@ impl FederationState {
                 }
                 self.scheduling.placements.remove(uid);
                 self.scheduling.preempting.remove(uid);
+                self.scheduling.settling.remove(uid);
             }
             removed += 1;
         }

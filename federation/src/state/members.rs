@@ -144,7 +144,13 @@ impl FederationState {
         if let Some(s) = rec.cluster.status.as_mut() {
             s.last_heartbeat = Some(at);
         }
+        let generated_at = digest.generated_at;
         rec.digest = Some(digest);
+        self.scheduling.settling.retain(|_, st| {
+            !(st.cluster.as_str() == name && st.left_at <= generated_at)
+                && st.left_at + chrono::Duration::seconds(super::scheduling::SETTLING_LIMIT_SECS)
+                    > at
+        });
         CommandResult::Created {
             object: StoredObject::MemberCluster(Box::new(rec.cluster.clone())),
         }
@@ -421,6 +427,9 @@ impl FederationState {
                     // The nodes may be reported after the start (pods bound late).
                     if !st.nodes.is_empty() {
                         status.nodes.clone_from(&st.nodes);
+                        if let Some(ps) = self.scheduling.placements.get_mut(&st.uid) {
+                            super::scheduling::placed_where_reported(ps, &st.nodes);
+                        }
                     }
                     if status.phase == WorkloadPhase::Running {
                         continue;
@@ -458,7 +467,15 @@ impl FederationState {
             }
             if status.phase != WorkloadPhase::Running && status.phase != WorkloadPhase::Assigned {
                 // Done with this placement: evicted, finished, failed or requeued.
-                self.scheduling.preempting.remove(&st.uid);
+                if let Some(preemptor) = self.scheduling.preempting.remove(&st.uid) {
+                    self.scheduling.settling.insert(
+                        preemptor,
+                        super::scheduling::Settling {
+                            cluster: cluster.to_owned().into(),
+                            left_at: st.since,
+                        },
+                    );
+                }
                 self.scheduling.placements.remove(&st.uid);
             }
             w.metadata.resource_version = Some(index);
@@ -642,11 +659,48 @@ mod tests {
     }
 
     #[test]
+    fn an_evicted_victim_leaves_its_preemptor_settling_until_a_newer_digest() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        s.scheduling.preempting.insert("u1".into(), "boss".into());
+        report(
+            &mut s,
+            5,
+            1,
+            LocalPhase::Evicted {
+                reason: "preempted".into(),
+            },
+        );
+        assert_eq!(s.scheduling.settling["boss"].left_at, t(5));
+        let digest = |at| Command::MemberDigest {
+            name: "a".into(),
+            digest: Box::new(tideway_api::digest::CapacityDigest {
+                cluster: "a".into(),
+                generated_at: at,
+                pools: vec![],
+            }),
+            at,
+        };
+        s.apply(6, digest(t(4)));
+        assert!(
+            s.scheduling.settling.contains_key("boss"),
+            "an older digest"
+        );
+        s.apply(7, digest(t(5)));
+        assert!(
+            s.scheduling.settling.is_empty(),
+            "a digest taken after the exit"
+        );
+    }
+
+    #[test]
     fn running_work_records_its_nodes_until_it_stops() {
         let mut s = setup(None);
         let nodes = vec![tideway_api::NodeGpus {
             node: "n1".into(),
             gpus: 8,
+            zone: None,
+            rack: None,
         }];
         let status = |s: &FederationState| s.workloads.values().next().unwrap().status.clone();
         report(&mut s, 4, 1, LocalPhase::Running);

@@ -112,6 +112,50 @@ pub struct SchedulingState {
     pub preempting: BTreeMap<String, String>,
     /// Times of recent evictions, oldest first.
     pub evictions: Vec<DateTime<Utc>>,
+    /// Preemptor UID → where and when its last victim left, until that member's digest is
+    /// newer. Until then the digest still shows the victims' GPUs as used, and a cycle would
+    /// see no room and preempt a second set of victims for the same workload.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settling: BTreeMap<String, Settling>,
+}
+
+/// A preemption whose victims have left, not yet seen in the member's digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settling {
+    pub cluster: ClusterName,
+    /// When the last victim left, on the member's clock (as digests are stamped).
+    pub left_at: DateTime<Utc>,
+}
+
+/// How long a preemptor waits for a digest that shows its victims gone before it is
+/// scheduled as if they were (a member that stops reporting is handled by liveness).
+pub const SETTLING_LIMIT_SECS: i64 = 600;
+
+/// Moves a running workload's planned topology domains to where its member reports the pods
+/// actually are. A member's gang scheduler picks its own nodes within the pool (Volcano,
+/// Kueue and the sim backend all do), so the rack the federation planned may not be the rack
+/// the pods landed in; a preemption planned on the planned rack would evict work elsewhere
+/// and free no whole rack. Only a report that puts every pod in one domain of the level is
+/// taken: pods of several pod sets in several domains cannot be told apart by node alone.
+pub(super) fn placed_where_reported(placements: &mut [Placement], nodes: &[tideway_api::NodeGpus]) {
+    for p in placements.iter_mut() {
+        let Some(domain) = p.domain.as_mut() else {
+            continue;
+        };
+        let name_of = |n: &tideway_api::NodeGpus| match domain.level {
+            TopologyLevel::Node => Some(n.node.clone()),
+            TopologyLevel::Rack => n.rack.clone(),
+            TopologyLevel::Zone => n.zone.clone(),
+        };
+        let mut names = nodes.iter().map(name_of);
+        let Some(Some(first)) = names.next() else {
+            continue;
+        };
+        if names.all(|n| n.as_deref() == Some(first.as_str())) {
+            domain.name = first;
+        }
+    }
 }
 
 impl FederationState {
@@ -138,6 +182,7 @@ impl FederationState {
                 index,
             ) {
                 if let Some(uid) = uid {
+                    self.scheduling.settling.remove(&uid);
                     self.scheduling.placements.insert(uid, a.placements);
                 }
                 changed += 1;
@@ -192,5 +237,52 @@ impl FederationState {
             }
         }
         CommandResult::Updated { count: changed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, rack: Option<&str>) -> tideway_api::NodeGpus {
+        tideway_api::NodeGpus {
+            node: name.into(),
+            gpus: 8,
+            zone: Some("z1".into()),
+            rack: rack.map(Into::into),
+        }
+    }
+
+    fn planned(level: TopologyLevel, name: &str) -> Vec<Placement> {
+        vec![Placement {
+            flavor: "H100".into(),
+            pool: "training".into(),
+            domain: Some(Domain {
+                level,
+                name: name.into(),
+            }),
+            pods: Vec::new(),
+        }]
+    }
+
+    #[test]
+    fn a_placement_follows_the_rack_the_member_reports() {
+        let mut ps = planned(TopologyLevel::Rack, "r1");
+        placed_where_reported(&mut ps, &[node("n5", Some("r2")), node("n6", Some("r2"))]);
+        assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("r2"));
+        let mut ps = planned(TopologyLevel::Zone, "z0");
+        placed_where_reported(&mut ps, &[node("n5", Some("r2"))]);
+        assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("z1"));
+    }
+
+    #[test]
+    fn a_report_that_spans_domains_or_lacks_them_changes_nothing() {
+        let mut ps = planned(TopologyLevel::Rack, "r1");
+        placed_where_reported(&mut ps, &[node("n5", Some("r2")), node("n7", Some("r3"))]);
+        assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("r1"));
+        placed_where_reported(&mut ps, &[node("n5", None)]);
+        assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("r1"));
+        placed_where_reported(&mut ps, &[node("n5", Some("r2")), node("n6", None)]);
+        assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("r1"));
     }
 }

@@ -132,6 +132,32 @@ fn allocated_by_node(pods: &[Pod]) -> HashMap<String, u32> {
     by_node
 }
 
+/// Names each occupied node's zone and rack from its labels (the ones the digest groups by),
+/// so the federation knows which domain the local scheduler actually chose.
+pub fn locate_nodes(
+    occupied: &mut BTreeMap<(String, u32), Vec<tideway_api::NodeGpus>>,
+    nodes: &[Node],
+    config: &KubeConfig,
+) {
+    let mut at: BTreeMap<&str, (Option<String>, Option<String>)> = BTreeMap::new();
+    for n in nodes {
+        let (Some(name), Some(labels)) = (n.metadata.name.as_deref(), n.metadata.labels.as_ref())
+        else {
+            continue;
+        };
+        let get = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
+        let zone = get(&config.nodes.zone);
+        let rack = config.nodes.rack.as_deref().and_then(get);
+        at.insert(name, (zone, rack));
+    }
+    for ng in occupied.values_mut().flatten() {
+        if let Some((zone, rack)) = at.get(ng.node.as_str()) {
+            ng.zone.clone_from(zone);
+            ng.rack.clone_from(rack);
+        }
+    }
+}
+
 /// The nodes each workload attempt's pods are bound to, with their GPUs, from the pods'
 /// `tideway.dev/workload-uid` and `tideway.dev/attempt` labels (the pods of a user's own
 /// template carry none and are not reported). The federation uses them to free whole nodes
@@ -172,7 +198,12 @@ pub fn nodes_by_workload(pods: &[Pod]) -> BTreeMap<(String, u32), Vec<tideway_ap
         .map(|(k, by_node)| {
             let nodes = by_node
                 .into_iter()
-                .map(|(node, gpus)| tideway_api::NodeGpus { node, gpus })
+                .map(|(node, gpus)| tideway_api::NodeGpus {
+                    node,
+                    gpus,
+                    zone: None,
+                    rack: None,
+                })
                 .collect();
             (k, nodes)
         })
@@ -350,10 +381,27 @@ mod tests {
         let ng = |node: &str, gpus| tideway_api::NodeGpus {
             node: node.into(),
             gpus,
+            zone: None,
+            rack: None,
         };
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[&("u1".into(), 2)], vec![ng("a", 8), ng("b", 4)]);
         assert_eq!(got[&("u2".into(), 2)], vec![ng("c", 4)]);
+
+        // The nodes' labels name the domain the local scheduler chose.
+        let mut got = got;
+        locate_nodes(&mut got, &[node("a", 8, "True", false)], &config());
+        let a = &got[&("u1".into(), 2)][0];
+        assert_eq!(
+            (a.zone.as_deref(), a.rack.as_deref()),
+            (Some("z1"), Some("r1"))
+        );
+        let b = &got[&("u1".into(), 2)][1];
+        assert_eq!(
+            (b.zone.as_deref(), b.rack.as_deref()),
+            (None, None),
+            "unknown node"
+        );
     }
 
     #[test]

@@ -197,7 +197,8 @@ impl Backend for KubeBackend {
         )
         .await
         .map_err(|e| classify("list pods", e))?;
-        let occupied = digest::nodes_by_workload(&pods);
+        let mut occupied = digest::nodes_by_workload(&pods);
+        digest::locate_nodes(&mut occupied, &nodes, &self.config);
         *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = occupied;
         Ok(digest::build_digest(
             &self.config,

@@ -157,6 +157,8 @@ impl SimWorkload {
                     nodes.get(i).map(|n| tideway_api::NodeGpus {
                         node: n.name.clone(),
                         gpus,
+                        zone: Some(n.zone.clone()),
+                        rack: Some(n.rack.clone()),
                     })
                 })
                 .collect(),

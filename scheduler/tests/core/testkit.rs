@@ -352,7 +352,12 @@ impl Fleet {
         let status = rw.workload.status.get_or_insert_with(Default::default);
         status.nodes = nodes
             .into_iter()
-            .map(|(node, gpus)| tideway_api::NodeGpus { node, gpus })
+            .map(|(node, gpus)| tideway_api::NodeGpus {
+                node,
+                gpus,
+                zone: None,
+                rack: None,
+            })
             .collect();
         rw
     }
