@@ -229,6 +229,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
+    /// Policy versions: apply a bundle, history, diff, dry-run, rollback, widen a rollout.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
     /// Tidal quota schedules.
     Schedule {
         #[command(subcommand)]
@@ -266,6 +271,85 @@ pub enum MemberCmd {
     /// Forget a member that holds no active work (drain it and stop its agent first).
     Remove {
         name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum PolicyCmd {
+    /// Apply a whole Policy bundle as the next version (all or nothing).
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The retained versions, oldest first.
+    History {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// One version as a document (`current` by default).
+    Get {
+        #[arg(default_value = "current")]
+        version: String,
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Field-level differences: version --from (default: current) against version --to or
+    /// a candidate file -f.
+    Diff {
+        #[arg(long)]
+        from: Option<u64>,
+        #[arg(long, conflicts_with = "file")]
+        to: Option<u64>,
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// What a candidate bundle would change now on the live state; nothing is applied.
+    /// With --replay, the submissions of that last span replayed in the simulator instead.
+    DryRun {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Replay the audit trail's submissions of this last span (`24h`, `90m`, `2d`)
+        /// through the simulator under the current policy and the candidate.
+        #[arg(long, value_parser = crate::policy_replay::parse_duration, requires = "clusters")]
+        replay: Option<chrono::Duration>,
+        /// The simulator fleet file the replay runs on (the federation knows digests, not
+        /// node layouts).
+        #[arg(long)]
+        clusters: Option<PathBuf>,
+        /// Tie-break seed of both simulated runs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Restore version --to (default: the rollout's base, or the previous version) as the
+    /// next version.
+    Rollback {
+        #[arg(long)]
+        to: Option<u64>,
+        #[arg(short = 'm', long)]
+        message: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Apply the version being rolled out to the whole fleet.
+    Widen {
         #[command(flatten)]
         target: Target,
     },
@@ -601,6 +685,7 @@ impl Cli {
                 output::print_members(&v, output)
             }
             Cmd::Member { cmd } => member(cmd).await,
+            Cmd::Policy { cmd } => policy(cmd).await,
             Cmd::Cluster { cmd } => cluster(cmd).await,
             Cmd::Schedule {
                 cmd:
@@ -618,6 +703,114 @@ impl Cli {
             Cmd::Bench { cmd } => bench::run(cmd).await,
         }
     }
+}
+
+async fn policy(cmd: PolicyCmd) -> anyhow::Result<()> {
+    let applied = |p: &tideway_api::Policy, what: &str| {
+        let st = p.status.clone().unwrap_or_default();
+        let scoped = st
+            .rollout_base
+            .map(|b| format!(" (scoped rollout over version {b})"))
+            .unwrap_or_default();
+        println!(
+            "policy/{} {what} as version {}{scoped}",
+            p.metadata.name, st.version
+        );
+    };
+    match cmd {
+        PolicyCmd::Apply {
+            file,
+            output,
+            target,
+        } => {
+            let (body, yaml) = read_manifest(&file)?;
+            let p = target.client()?.policy_apply_raw(body, yaml).await?;
+            match output {
+                OutputFormat::Table | OutputFormat::Wide => applied(&p, "applied"),
+                o => output::print_one(&p, o)?,
+            }
+        }
+        PolicyCmd::History { output, target } => {
+            let h = target.client()?.policy_history().await?;
+            output::print_policy_history(&h, output)?;
+        }
+        PolicyCmd::Get {
+            version,
+            output,
+            target,
+        } => {
+            let p = target.client()?.policy_version(&version).await?;
+            output::print_one(&p, output)?;
+        }
+        PolicyCmd::Diff {
+            from,
+            to,
+            file,
+            output,
+            target,
+        } => {
+            let candidate = match file {
+                Some(f) => {
+                    let (body, yaml) = read_manifest(&f)?;
+                    let p: tideway_api::Policy = if yaml {
+                        tideway_api::decode_yaml(&body)?
+                    } else {
+                        tideway_api::decode_json(&body)?
+                    };
+                    Some(p)
+                }
+                None => None,
+            };
+            let req = tideway_api::DiffRequest {
+                from,
+                to,
+                candidate,
+            };
+            let d = target.client()?.policy_diff(&req).await?;
+            output::print_policy_diff(&d, output)?;
+        }
+        PolicyCmd::DryRun {
+            file,
+            replay: Some(window),
+            clusters: Some(clusters),
+            seed,
+            output,
+            target,
+        } => {
+            let client = target.client()?;
+            let r = crate::policy_replay::replay(&client, &file, window, clusters, seed).await?;
+            output::print_replay(&r, output)?;
+        }
+        PolicyCmd::DryRun {
+            file,
+            output,
+            target,
+            ..
+        } => {
+            let (body, yaml) = read_manifest(&file)?;
+            let r = target.client()?.policy_dry_run_raw(body, yaml).await?;
+            output::print_dry_run(&r, output)?;
+        }
+        PolicyCmd::Rollback {
+            to,
+            message,
+            target,
+        } => {
+            let req = tideway_api::RollbackRequest { to, message };
+            let p = target.client()?.policy_rollback(&req).await?;
+            let to = p
+                .status
+                .as_ref()
+                .and_then(|s| s.rolled_back_to)
+                .unwrap_or_default();
+            applied(&p, &format!("rolled back to version {to}"));
+        }
+        PolicyCmd::Widen { target } => {
+            let p = target.client()?.policy_widen().await?;
+            applied(&p, "widened to the whole fleet");
+        }
+    }
+    Ok(())
 }
 
 async fn member(cmd: MemberCmd) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod launcher;
 mod output;
+mod policy_replay;
 mod simulate_cmd;
 mod usage_out;
 

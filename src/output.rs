@@ -446,6 +446,169 @@ pub fn print_events(
     Ok(())
 }
 
+/// `tideway policy history`.
+pub fn print_policy_history(
+    h: &tideway_api::PolicyHistory,
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
+        return print_one(h, fmt);
+    }
+    let rows = h
+        .items
+        .iter()
+        .map(|v| {
+            let mark = if v.version == h.current { "*" } else { "" };
+            vec![
+                format!("{}{mark}", v.version),
+                v.name.clone(),
+                v.applied_at
+                    .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                    .unwrap_or_else(|| "-".into()),
+                v.applied_by.clone().unwrap_or_else(|| "-".into()),
+                v.rolled_back_to
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                if v.scoped { "scoped" } else { "fleet" }.to_string(),
+                v.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &[
+                "VERSION", "NAME", "APPLIED", "BY", "RESTORES", "SCOPE", "MESSAGE"
+            ],
+            rows,
+            &[0],
+        )
+    );
+    Ok(())
+}
+
+/// `tideway policy diff`.
+pub fn print_policy_diff(d: &tideway_api::PolicyDiff, fmt: OutputFormat) -> anyhow::Result<()> {
+    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
+        return print_one(d, fmt);
+    }
+    let to =
+        d.to.map(|v| format!("version {v}"))
+            .unwrap_or_else(|| "the candidate".into());
+    println!("version {} -> {to}: {} changes", d.from, d.changes.len());
+    let rows = d
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.path.clone(),
+                c.old.clone().unwrap_or_else(|| "-".into()),
+                c.new.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    println!("{}", table(&["PATH", "OLD", "NEW"], rows, &[]));
+    Ok(())
+}
+
+/// `tideway policy dry-run`.
+pub fn print_dry_run(r: &tideway_api::DryRunReport, fmt: OutputFormat) -> anyhow::Result<()> {
+    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
+        return print_one(r, fmt);
+    }
+    println!(
+        "dry-run against version {} at log index {} ({}): nothing applied",
+        r.current_version, r.applied_index, r.at
+    );
+    if r.no_change() {
+        println!("no change: the candidate decides exactly what the current policy decides");
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    for (what, list) in [
+        ("admitted", &r.newly_admitted),
+        ("pending", &r.newly_pending),
+        ("preempted", &r.newly_preempted),
+    ] {
+        for w in list {
+            rows.push(vec![
+                what.to_string(),
+                w.workload.clone(),
+                w.queue.clone(),
+                w.cluster.clone().unwrap_or_else(|| "-".into()),
+                w.reason
+                    .as_ref()
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+    }
+    println!(
+        "{}",
+        table(
+            &["NEWLY", "WORKLOAD", "QUEUE", "CLUSTER", "REASON"],
+            rows,
+            &[]
+        )
+    );
+    let rows = r
+        .quota_moves
+        .iter()
+        .map(|m| {
+            vec![
+                m.queue.clone(),
+                format!("{} -> {}", m.guaranteed_now, m.guaranteed_candidate),
+                format!("{} -> {}", m.admitted_gpus_now, m.admitted_gpus_candidate),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(&["QUEUE", "GUARANTEED GPUS", "ADMITTED GPUS"], rows, &[])
+    );
+    Ok(())
+}
+
+/// `tideway policy dry-run --replay`.
+pub fn print_replay(
+    r: &crate::policy_replay::ReplayReport,
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
+        return print_one(r, fmt);
+    }
+    println!(
+        "replay of {} submissions from {} to {} (not replayable, compacted: {}): version {} vs the candidate",
+        r.replayed, r.from, r.to, r.not_replayable, r.current_version
+    );
+    println!(
+        "utilization {:.3} -> {:.3}, preemptions {} -> {}",
+        r.utilization_now, r.utilization_candidate, r.preemptions_now, r.preemptions_candidate
+    );
+    let rows = r
+        .queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.queue.clone(),
+                q.jobs.to_string(),
+                format!("{:.0} -> {:.0}", q.wait_p50_now, q.wait_p50_candidate),
+                format!("{:.0} -> {:.0}", q.wait_p95_now, q.wait_p95_candidate),
+                format!("{} -> {}", q.preemptions_now, q.preemptions_candidate),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &["QUEUE", "JOBS", "WAIT P50 S", "WAIT P95 S", "PREEMPTIONS"],
+            rows,
+            &[1],
+        )
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

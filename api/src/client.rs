@@ -550,6 +550,78 @@ impl Client {
         self.post_json("/v1/debug/partition", &req, 10).await
     }
 
+    /// The retained policy versions (`GET /v1/policy/versions`).
+    pub async fn policy_history(&self) -> Result<crate::PolicyHistory, ClientError> {
+        self.get_json("/v1/policy/versions").await
+    }
+
+    /// One retained policy version, or `current`.
+    pub async fn policy_version(&self, version: &str) -> Result<crate::Policy, ClientError> {
+        self.get_json(&format!("/v1/policy/versions/{version}"))
+            .await
+    }
+
+    /// Applies a whole policy bundle (JSON, or YAML when `yaml`) as the next version.
+    pub async fn policy_apply_raw(
+        &self,
+        body: Vec<u8>,
+        yaml: bool,
+    ) -> Result<crate::Policy, ClientError> {
+        self.post_raw("/v1/policy/apply", body, yaml).await
+    }
+
+    /// What a candidate bundle would change now; nothing is applied.
+    pub async fn policy_dry_run_raw(
+        &self,
+        body: Vec<u8>,
+        yaml: bool,
+    ) -> Result<crate::DryRunReport, ClientError> {
+        self.post_raw("/v1/policy/dry-run", body, yaml).await
+    }
+
+    /// Restores an earlier version as the next one.
+    pub async fn policy_rollback(
+        &self,
+        req: &crate::RollbackRequest,
+    ) -> Result<crate::Policy, ClientError> {
+        self.post_json("/v1/policy/rollback", req, 30).await
+    }
+
+    /// Applies the scoped candidate to the whole fleet.
+    pub async fn policy_widen(&self) -> Result<crate::Policy, ClientError> {
+        self.post_json("/v1/policy/widen", &(), 30).await
+    }
+
+    /// Field-level differences between two versions, or a version and a candidate.
+    pub async fn policy_diff(
+        &self,
+        req: &crate::DiffRequest,
+    ) -> Result<crate::PolicyDiff, ClientError> {
+        self.post_json("/v1/policy/diff", req, 30).await
+    }
+
+    async fn post_raw<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        yaml: bool,
+    ) -> Result<T, ClientError> {
+        let ct = if yaml {
+            "application/yaml"
+        } else {
+            "application/json"
+        };
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.addr))
+            .header(reqwest::header::CONTENT_TYPE, ct)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let resp = self
             .http

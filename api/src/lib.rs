@@ -28,11 +28,13 @@ pub mod member_cluster;
 pub mod meta;
 pub mod names;
 pub mod policy;
+pub mod policy_version;
 pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
 pub mod usage;
+pub mod rollout;
 pub mod validation;
 pub mod webhook;
 pub mod workload;
@@ -47,6 +49,10 @@ pub use member_cluster::{
 pub use meta::{API_VERSION, MetaError, ObjectMeta, Resource, TypeMeta, new_uid, validate_name};
 pub use names::{ClusterName, Uid, WorkloadName};
 pub use policy::{Policy, PolicySpec, PolicyStatus, SchedulerSettings};
+pub use policy_version::{
+    DiffEntry, DiffRequest, DryRunReport, DryRunWorkload, PolicyDiff, PolicyHistory,
+    PolicyVersionSummary, QuotaMove, RollbackRequest,
+};
 pub use priority_class::{
     Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
 };
@@ -57,6 +63,7 @@ pub use quota_schedule::{
     QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
     TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
+pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,

@@ -13,6 +13,7 @@ use crate::meta::{API_VERSION, ObjectMeta, Resource, impl_resource};
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::quota_schedule::{QuotaSchedule, QuotaTarget};
+use crate::rollout::Rollout;
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 use crate::workload::DEFAULT_PRIORITY_CLASS;
 
@@ -69,6 +70,9 @@ pub struct PolicySpec {
     /// Scheduler knobs; each has a default, so the whole section may be left out.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Scoped first, then widened; with triggers that roll it back. None: everywhere at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
 }
 
 impl PolicySpec {
@@ -147,6 +151,9 @@ pub struct PolicyStatus {
     /// A note on this version for people, e.g. why it was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// While this version's rollout is scoped: the version the rest of the fleet runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_base: Option<u64>,
 }
 
 impl CheckAt for Policy {
@@ -218,6 +225,11 @@ impl CheckAt for Policy {
                     );
                 }
             }
+        }
+
+        if let Some(r) = &s.rollout {
+            let names: Vec<&str> = s.queues.iter().map(Resource::name).collect();
+            crate::rollout::check(r, &at(&p, "rollout"), &names, c);
         }
 
         let sp = at(&p, "scheduler");
@@ -293,6 +305,7 @@ mod tests {
             applied_by: Some("ops".into()),
             rolled_back_to: None,
             message: None,
+            rollout_base: None,
         });
         assert_eq!(p.version(), Some(7));
         let json = serde_json::to_vec(&p).unwrap();
@@ -338,6 +351,37 @@ mod tests {
         let s: crate::QuotaSchedule =
             decode_yaml(include_str!("../../deploy/dev/day-night.yaml").as_bytes()).unwrap();
         s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_rollout_names_queues_and_pools_of_the_bundle() {
+        let mut p: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        p.spec.rollout = Some(crate::Rollout {
+            scope: crate::RolloutScope {
+                queues: vec!["ghost".into()],
+                pools: vec!["gpu".into(), "inference".into()],
+                clusters: vec![],
+            },
+            triggers: vec![crate::RollbackTrigger::P95WaitWorse {
+                queue: "nobody".into(),
+                percent: -1.0,
+                window_seconds: 600,
+            }],
+        });
+        let errs = p.validate().unwrap_err();
+        for field in [
+            "spec.rollout.scope.queues[0]",
+            "spec.rollout.scope.pools[0]",
+            "spec.rollout.triggers[0].p95WaitWorse.queue",
+            "spec.rollout.triggers[0].p95WaitWorse.percent",
+        ] {
+            assert!(errs.has_field(field), "missing {field} in {errs}");
+        }
+        assert_eq!(errs.len(), 4, "{errs}");
+        let yaml = "scope: {pools: [inference]}\ntriggers:\n- unservedInference: {seconds: 30}\n";
+        let r: crate::Rollout = serde_saphyr::from_str(yaml).unwrap();
+        p.spec.rollout = Some(r);
+        p.validate().unwrap();
     }
 
     #[test]

@@ -194,6 +194,12 @@ impl Node {
                 cfg.clock.clone(),
                 Default::default(),
             )),
+            tokio::spawn(crate::dispatcher::rollout::rollout_loop(
+                raft.clone(),
+                state.data.clone(),
+                state.proposer.clone(),
+                state.clock.clone(),
+            )),
             tokio::spawn(crate::dispatcher::retention::compaction_loop(
                 raft.clone(),
                 state.data.clone(),

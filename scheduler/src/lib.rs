@@ -44,6 +44,7 @@ mod preemption;
 mod quota;
 mod reclaim;
 mod reservation;
+pub mod rollout;
 mod routing;
 pub mod tidal;
 pub mod usage;

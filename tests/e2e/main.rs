@@ -14,6 +14,8 @@ mod t55_forwarding;
 mod t60_cli;
 mod t65_webhooks;
 mod t66_dev_notifications_usage;
+mod t63_policy_rollout;
+mod t64_policy_replay;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;

@@ -269,7 +269,7 @@ pub async fn schedule_loop(
         }
         cycle += 1;
         let now = clock.now();
-        let input = {
+        let (input, version) = {
             let Ok(d) = data.read() else { continue };
             // Without a Ready member nothing can be placed or preempted: skip the cycle
             // rather than copy the whole backlog to learn that.
@@ -282,7 +282,10 @@ pub async fn schedule_loop(
             if !any_ready {
                 continue;
             }
-            build_input(&d.state, |n| live.latest_digest(n), now, cycle)
+            (
+                build_input(&d.state, |n| live.latest_digest(n), now, cycle),
+                d.state.policy.current(),
+            )
         };
         let depth = queue_depths(&input);
         let started = clock.instant();
@@ -296,7 +299,8 @@ pub async fn schedule_loop(
         pause = pause.max(took * 4);
         let decisions = {
             let Ok(d) = data.read() else { continue };
-            let decisions = decisions_of(&d.state, &output, now);
+            let mut decisions = decisions_of(&d.state, &output, now);
+            decisions.policy_version = Some(version);
             for a in &decisions.assign {
                 if let Some(w) = d.state.workloads.get(a.workload.as_str())
                     && let Some(st) = &w.status

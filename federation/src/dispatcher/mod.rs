@@ -10,10 +10,12 @@ mod convert;
 pub mod cycle;
 #[cfg(test)]
 mod cycle_tests;
+pub mod dry_run;
 pub mod estimates;
 pub mod liveness;
 pub mod recovery;
 pub mod retention;
+pub mod rollout;
 pub mod tidal;
 pub mod webhooks;
 

@@ -25,11 +25,7 @@ pub async fn apply(
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     let at = st.clock.now();
-    // A policy is answered with the bundle as applied.
-    let policy = match &res {
-        AnyResource::Policy(p) => Some(p.clone()),
-        _ => None,
-    };
+    let actor = principal.map(|axum::Extension(p)| p.subject);
     let cmd = match res {
         AnyResource::Queue(q) => Command::PutQueue {
             queue: Box::new(q),
@@ -43,10 +39,7 @@ pub async fn apply(
             schedule: Box::new(s),
             at,
         },
-        AnyResource::Policy(p) => Command::PutPolicy {
-            policy: Box::new(p),
-            at,
-        },
+        AnyResource::Policy(p) => super::policy::put_policy_command(p, actor.clone(), at),
         AnyResource::Webhook(w) => Command::PutWebhook {
             webhook: Box::new(w),
             at,
@@ -61,31 +54,28 @@ pub async fn apply(
             ));
         }
     };
-    let actor = principal.map(|axum::Extension(p)| p.subject);
     match st
         .proposer
         .propose(Command::by(actor.as_deref(), cmd))
         .await?
     {
-        CommandResult::Created {
-            object: StoredObject::Queue(q),
-        } => Ok(Json(AnyResource::Queue(*q))),
-        CommandResult::Created {
-            object: StoredObject::PriorityClass(p),
-        } => Ok(Json(AnyResource::PriorityClass(*p))),
-        CommandResult::Created {
-            object: StoredObject::QuotaSchedule(s),
-        } => Ok(Json(AnyResource::QuotaSchedule(*s))),
-        CommandResult::Created {
-            object: StoredObject::Webhook(w),
-        } => Ok(Json(AnyResource::Webhook(*w))),
-        CommandResult::Updated { .. } if policy.is_some() => match policy {
-            Some(p) => Ok(Json(AnyResource::Policy(p))),
-            None => Err(ApiError::Internal("policy lost".into())),
+        // Existing: the same rules were in force already; no new version was made.
+        CommandResult::Created { object } | CommandResult::Existing { object } => match object {
+            StoredObject::Queue(q) => Ok(Json(AnyResource::Queue(*q))),
+            StoredObject::PriorityClass(p) => Ok(Json(AnyResource::PriorityClass(*p))),
+            StoredObject::QuotaSchedule(s) => Ok(Json(AnyResource::QuotaSchedule(*s))),
+            StoredObject::Policy(p) => Ok(Json(AnyResource::Policy(*p))),
+            StoredObject::Webhook(w) => Ok(Json(AnyResource::Webhook(*w))),
+            other => Err(ApiError::Internal(format!(
+                "unexpected stored object {other:?}"
+            ))),
         },
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),
+        CommandResult::Rejected {
+            rejection: Rejection::Busy { reason },
+        } => Err(ApiError::Conflict(reason)),
         other => Err(ApiError::unexpected(other)),
     }
 }

@@ -175,6 +175,7 @@ mod tests {
         let del = Method::DELETE;
         for a in [&admin, &op, &sub, &viewer] {
             assert!(a.route(&get, "/v1/workloads").is_ok());
+            assert!(a.route(&get, "/v1/policy/versions").is_ok());
         }
         assert!(
             agent.route(&get, "/v1/workloads").is_err(),
@@ -185,7 +186,16 @@ mod tests {
         assert!(op.route(&post, "/v1/workloads").is_err());
         assert!(op.route(&del, "/v1/workloads/x").is_ok());
         assert!(viewer.route(&del, "/v1/workloads/x").is_err());
-        for path in ["/v1/apply", "/v1/cluster/join", "/v1/cluster/snapshot"] {
+        for path in [
+            "/v1/apply",
+            "/v1/cluster/join",
+            "/v1/cluster/snapshot",
+            "/v1/policy/apply",
+            "/v1/policy/rollback",
+            "/v1/policy/widen",
+            "/v1/policy/diff",
+            "/v1/policy/dry-run",
+        ] {
             assert!(admin.route(&post, path).is_ok());
             for a in [&op, &sub, &viewer, &agent] {
                 assert!(a.route(&post, path).is_err(), "{path} {a:?}");

@@ -12,6 +12,7 @@ pub mod internal;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
+pub mod policy;
 pub mod schedules;
 pub mod ui;
 pub mod usage;
@@ -139,6 +140,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
         .route("/v1/events", get(events::list))
+        .route("/v1/policy/versions", get(policy::history))
+        .route("/v1/policy/versions/{version}", get(policy::version))
+        .route("/v1/policy/apply", post(policy::apply))
+        .route("/v1/policy/rollback", post(policy::rollback))
+        .route("/v1/policy/widen", post(policy::widen))
+        .route("/v1/policy/diff", post(policy::diff))
+        .route("/v1/policy/dry-run", post(policy::dry_run))
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/schedules", get(schedules::list))
         .route("/v1/schedules/{name}/timeline", get(schedules::timeline))

@@ -30,7 +30,7 @@ pub const ANONYMOUS: &str = "anonymous";
 pub struct AuditTrail {
     pub events: VecDeque<AuditEvent>,
     pub next_seq: u64,
-    /// The log index of the last queue or priority class change.
+    /// The policy version in force (see `state::policy`).
     pub policy_version: u64,
 }
 
@@ -42,6 +42,7 @@ pub(super) enum Hint {
         kind: &'static str,
         name: String,
     },
+    Rollback,
     Register {
         name: String,
     },
@@ -81,6 +82,35 @@ impl Hint {
                     name: priority_class.metadata.name.clone(),
                 },
                 ANONYMOUS.into(),
+            ),
+            Command::PutQuotaSchedule { schedule, .. } => (
+                Hint::Policy {
+                    kind: "quota schedule",
+                    name: schedule.metadata.name.clone(),
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::PutPolicy { policy, .. } => (
+                Hint::Policy {
+                    kind: "policy",
+                    name: policy.metadata.name.clone(),
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::WidenPolicy { .. } => (
+                Hint::Policy {
+                    kind: "rollout",
+                    name: "widened".into(),
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::RollbackPolicy { only_candidate, .. } => (
+                Hint::Rollback,
+                if only_candidate.is_some() {
+                    LEADER.into()
+                } else {
+                    ANONYMOUS.into()
+                },
             ),
             Command::RegisterMember { member, .. } => (
                 Hint::Register {
@@ -150,8 +180,24 @@ impl Hint {
     }
 }
 
+fn describe_scope(s: &tideway_api::RolloutScope) -> String {
+    let mut parts = Vec::new();
+    for (what, list) in [
+        ("queues", &s.queues),
+        ("pools", &s.pools),
+        ("clusters", &s.clusters),
+    ] {
+        if !list.is_empty() {
+            parts.push(format!("{what} {}", list.join(", ")));
+        }
+    }
+    parts.join("; ")
+}
+
 /// Fields of one record, before it gets its place in the trail.
 struct Rec {
+    /// The version whose rules made this decision, when it is not simply the current one.
+    version: Option<u64>,
     kind: AuditKind,
     workload: Option<String>,
     queue: Option<String>,
@@ -171,6 +217,7 @@ impl FederationState {
                     object: StoredObject::Workload(w),
                 },
             ) => recs.push(Rec {
+                version: None,
                 kind: AuditKind::Submitted,
                 workload: Some(w.metadata.name.clone()),
                 queue: Some(w.spec.queue.clone()),
@@ -188,6 +235,7 @@ impl FederationState {
                     object: StoredObject::Workload(w),
                 },
             ) => recs.push(Rec {
+                version: None,
                 kind: AuditKind::Cancelled,
                 workload: Some(w.metadata.name.clone()),
                 queue: Some(w.spec.queue.clone()),
@@ -199,16 +247,50 @@ impl FederationState {
                     .unwrap_or_else(|| "cancelled".into()),
             }),
             (Hint::Policy { kind, name }, CommandResult::Created { .. }) => {
-                self.audit.policy_version = index;
+                let v = self.policy.current();
+                let evidence = match (kind, &self.policy.rollout) {
+                    ("rollout", _) => {
+                        format!("scoped rollout widened to the whole fleet: policy version {v}")
+                    }
+                    ("policy", Some(r)) if r.candidate == v => format!(
+                        "policy '{name}' applied as version {v}, scoped to {} over version {}",
+                        describe_scope(&r.scope),
+                        r.base
+                    ),
+                    _ => format!("{kind} '{name}' created or replaced: policy version {v}"),
+                };
                 recs.push(Rec {
+                    version: None,
                     kind: AuditKind::PolicyChanged,
                     workload: None,
                     queue: (kind == "queue").then(|| name.clone()),
                     cluster: None,
-                    evidence: format!("{kind} '{name}' created or replaced"),
+                    evidence,
+                });
+            }
+            (
+                Hint::Rollback,
+                CommandResult::Created {
+                    object: StoredObject::Policy(p),
+                },
+            ) => {
+                let st = p.status.clone().unwrap_or_default();
+                recs.push(Rec {
+                    version: None,
+                    kind: AuditKind::PolicyRolledBack,
+                    workload: None,
+                    queue: None,
+                    cluster: None,
+                    evidence: format!(
+                        "version {} restores version {}{}",
+                        st.version,
+                        st.rolled_back_to.unwrap_or_default(),
+                        st.message.map(|m| format!(": {m}")).unwrap_or_default()
+                    ),
                 });
             }
             (Hint::Register { name }, CommandResult::Created { .. }) => recs.push(Rec {
+                version: None,
                 kind: AuditKind::MemberRegistered,
                 workload: None,
                 queue: None,
@@ -222,6 +304,7 @@ impl FederationState {
                 cluster: Some(name),
             }),
             (Hint::Health { name, phase }, CommandResult::Created { .. }) => recs.push(Rec {
+                version: None,
                 kind: AuditKind::MemberHealth,
                 workload: None,
                 queue: None,
@@ -245,6 +328,7 @@ impl FederationState {
                         && st.cluster.as_deref() == Some(cluster.as_str())
                     {
                         recs.push(Rec {
+                            version: Some(self.policy.version_for(self.queues.get(&w.spec.queue))),
                             kind: AuditKind::Assigned,
                             workload: Some(name.clone()),
                             queue: Some(w.spec.queue.clone()),
@@ -261,6 +345,12 @@ impl FederationState {
                         continue;
                     }
                     let w = &rec.assignment.workload;
+                    let preemptor_queue = self
+                        .uids
+                        .get(&preemptor)
+                        .and_then(|n| self.workloads.get(n))
+                        .map(|p| p.spec.queue.clone())
+                        .unwrap_or_else(|| w.spec.queue.clone());
                     let checkpoint = w
                         .spec
                         .checkpoint
@@ -270,6 +360,7 @@ impl FederationState {
                             format!("last checkpoint at {t}")
                         });
                     recs.push(Rec {
+                        version: Some(self.policy.version_for(self.queues.get(&preemptor_queue))),
                         kind: AuditKind::Preempted,
                         workload: Some(w.metadata.name.clone()),
                         queue: Some(w.spec.queue.clone()),
@@ -298,6 +389,7 @@ impl FederationState {
                         _ => continue,
                     };
                     recs.push(Rec {
+                        version: None,
                         kind,
                         workload: Some(w.metadata.name.clone()),
                         queue: Some(w.spec.queue.clone()),
@@ -313,6 +405,7 @@ impl FederationState {
                     .collect();
                 for name in gone {
                     recs.push(Rec {
+                        version: None,
                         kind: AuditKind::Compacted,
                         workload: Some(name.clone()),
                         queue: None,
@@ -323,6 +416,7 @@ impl FederationState {
             }
             _ => {}
         }
+        let current = self.policy.current();
         for r in recs {
             let seq = self.audit.next_seq;
             self.audit.next_seq += 1;
@@ -332,7 +426,7 @@ impl FederationState {
                 at,
                 kind: r.kind,
                 actor: actor.clone(),
-                policy_version: self.audit.policy_version,
+                policy_version: r.version.unwrap_or(current),
                 workload: r.workload,
                 queue: r.queue,
                 cluster: r.cluster,
@@ -462,14 +556,15 @@ mod tests {
             .filter(|e| e.workload.as_deref() == Some("job"))
             .map(|e| (e.kind, e.actor.as_str(), e.index, e.policy_version))
             .collect();
+        // Version 1 is the queue applied at index 2 (version 0 is the built-in default).
         assert_eq!(
             trail,
             vec![
-                (AuditKind::Submitted, "alice", 3, 2),
-                (AuditKind::Assigned, LEADER, 5, 2),
-                (AuditKind::Running, "agent:a", 6, 2),
-                (AuditKind::Cancelled, "olga", 8, 2),
-                (AuditKind::Compacted, LEADER, 9, 2),
+                (AuditKind::Submitted, "alice", 3, 1),
+                (AuditKind::Assigned, LEADER, 5, 1),
+                (AuditKind::Running, "agent:a", 6, 1),
+                (AuditKind::Cancelled, "olga", 8, 1),
+                (AuditKind::Compacted, LEADER, 9, 1),
             ]
         );
         let kinds: Vec<AuditKind> = s.audit.events.iter().map(|e| e.kind).collect();

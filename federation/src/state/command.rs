@@ -172,6 +172,23 @@ pub enum Command {
         to: u64,
         at: DateTime<Utc>,
     },
+    /// Restore policy version `to` (default: the rollout's base, or the version before the
+    /// current) as the next version. `only_candidate`: only while that version is being
+    /// rolled out (a trigger's rollback, proposed by the leader).
+    RollbackPolicy {
+        to: Option<u64>,
+        only_candidate: Option<u64>,
+        applied_by: Option<String>,
+        /// Why: the operator's note, or the trigger and its measured value.
+        message: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// Apply the scoped candidate to the whole fleet, as the next version.
+    WidenPolicy {
+        applied_by: Option<String>,
+        message: Option<String>,
+        at: DateTime<Utc>,
+    },
     /// Remove these terminal workloads, if they finished before `before` (chosen by the
     /// leader from its retention setting; apply checks each again).
     CompactWorkloads {
@@ -240,6 +257,7 @@ pub enum StoredObject {
     MemberCluster(Box<MemberCluster>),
     QuotaSchedule(Box<QuotaSchedule>),
     Webhook(Box<tideway_api::webhook::Webhook>),
+    Policy(Box<Policy>),
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod command;
 pub mod idempotency;
 pub mod lifecycle;
 pub mod members;
+pub mod policy;
 pub mod scheduling;
 pub mod tidal;
 pub mod usage;
@@ -74,6 +75,9 @@ pub struct FederationState {
     /// Notification endpoints with their delivery cursors, by name.
     #[serde(default)]
     pub webhooks: BTreeMap<String, tideway_api::webhook::Webhook>,
+    /// Policy versions, and the rollout in progress.
+    #[serde(default)]
+    pub policy: policy::PolicyStore,
 }
 
 impl Default for FederationState {
@@ -102,6 +106,7 @@ impl Default for FederationState {
             audit: Default::default(),
             usage: Default::default(),
             webhooks: BTreeMap::new(),
+            policy: Default::default(),
         }
     }
 }
@@ -224,15 +229,9 @@ impl FederationState {
                 idempotency_key,
                 at,
             } => self.submit(index, *workload, idempotency_key, at),
-            Command::PutQueue { mut queue, at } => {
+            Command::PutQueue { queue, at } => {
                 self.tick(at);
-                queue.metadata.resource_version = Some(index);
-                queue.metadata.creation_timestamp.get_or_insert(at);
-                self.queues
-                    .insert(queue.metadata.name.clone(), (*queue).clone());
-                CommandResult::Created {
-                    object: StoredObject::Queue(queue),
-                }
+                self.put_policy_object(policy::PolicyObject::Queue(queue), at, index)
             }
             Command::RegisterMember {
                 member,
@@ -271,20 +270,45 @@ impl FederationState {
             Command::ReportStatus { cluster, statuses } => {
                 self.report_status(cluster.as_str(), statuses, index)
             }
-            Command::PutPriorityClass {
-                mut priority_class,
+            Command::PutPriorityClass { priority_class, at } => {
+                self.tick(at);
+                self.put_policy_object(
+                    policy::PolicyObject::PriorityClass(priority_class),
+                    at,
+                    index,
+                )
+            }
+            Command::RollbackPolicy {
+                to,
+                only_candidate,
+                applied_by,
+                message,
                 at,
             } => {
                 self.tick(at);
-                priority_class.metadata.resource_version = Some(index);
-                priority_class.metadata.creation_timestamp.get_or_insert(at);
-                self.priority_classes.insert(
-                    priority_class.metadata.name.clone(),
-                    (*priority_class).clone(),
-                );
-                CommandResult::Created {
-                    object: StoredObject::PriorityClass(priority_class),
-                }
+                let origin = policy::Origin {
+                    at,
+                    index,
+                    applied_by,
+                    message,
+                    rolled_back_to: None,
+                };
+                self.rollback_policy(to, only_candidate, origin)
+            }
+            Command::WidenPolicy {
+                applied_by,
+                message,
+                at,
+            } => {
+                self.tick(at);
+                let origin = policy::Origin {
+                    at,
+                    index,
+                    applied_by,
+                    message,
+                    rolled_back_to: None,
+                };
+                self.widen_policy(origin)
             }
             Command::SetMemberIntent { name, intent, at } => {
                 self.tick(at);

@@ -69,6 +69,10 @@ pub struct CycleDecisions {
     pub reservations: Vec<Reservation>,
     /// Workload name → its new pending reason; only the ones that changed.
     pub reasons: Vec<(String, PendingReason)>,
+    /// The policy version the cycle ran under; a cycle that meets another version in
+    /// apply is dropped whole (the next cycle decides under the new rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
 }
 
 impl CycleDecisions {
@@ -161,6 +165,9 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
+        if d.policy_version.is_some_and(|v| v != self.policy.current()) {
+            return CommandResult::Updated { count: 0 };
+        }
         let mut changed = 0u32;
         for a in d.assign {
             let uid = self

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::{FieldError, Policy, QuotaSchedule, SchedulerSettings};
+use tideway_api::{FieldError, QuotaSchedule, SchedulerSettings};
 use tideway_scheduler::tidal::{Calendar, WindowState, window_name};
 
 use super::FederationState;
-use super::command::{CommandResult, Rejection, StoredObject};
+use super::command::{CommandResult, Rejection};
 
 /// Transitions kept for `schedule show` and the tests; older ones are in the log.
 pub const TRANSITION_HISTORY: usize = 256;
@@ -33,7 +33,7 @@ pub struct TidalState {
     pub history: Vec<TransitionRecord>,
     /// Scheduler settings of the last applied policy; `None` until one is applied.
     pub settings: Option<SchedulerSettings>,
-    /// Version of the last applied policy bundle (its log index).
+    /// The policy version in force.
     pub policy_version: Option<u64>,
 }
 
@@ -59,17 +59,31 @@ impl TidalState {
 }
 
 impl FederationState {
-    /// Stores a schedule and records the window open at `at`: apply evaluates the calendar
-    /// itself (it is pure), so every node records the same window.
+    /// A schedule applied alone: checked against the queues, then the next policy version.
     pub(super) fn put_quota_schedule(
         &mut self,
-        mut schedule: QuotaSchedule,
+        schedule: QuotaSchedule,
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
         if let Some(rejection) = self.check_schedule(&schedule) {
             return CommandResult::Rejected { rejection };
         }
+        self.put_policy_object(
+            super::policy::PolicyObject::QuotaSchedule(Box::new(schedule)),
+            at,
+            index,
+        )
+    }
+
+    /// Stores a schedule and records the window open at `at`: apply evaluates the calendar
+    /// itself (it is pure), so every node records the same window.
+    pub(super) fn install_quota_schedule(
+        &mut self,
+        mut schedule: QuotaSchedule,
+        at: DateTime<Utc>,
+        index: u64,
+    ) {
         schedule.metadata.resource_version = Some(index);
         schedule.metadata.creation_timestamp.get_or_insert(at);
         let name = schedule.metadata.name.clone();
@@ -94,10 +108,7 @@ impl FederationState {
             );
             self.record_transition(&name, from, window, at, at, index);
         }
-        self.tidal.schedules.insert(name, schedule.clone());
-        CommandResult::Created {
-            object: StoredObject::QuotaSchedule(Box::new(schedule)),
-        }
+        self.tidal.schedules.insert(name, schedule);
     }
 
     fn check_schedule(&self, schedule: &QuotaSchedule) -> Option<Rejection> {
@@ -118,45 +129,6 @@ impl FederationState {
             })
             .collect();
         (!errors.is_empty()).then_some(Rejection::Invalid { errors })
-    }
-
-    /// A whole policy bundle: queues and priority classes are created or replaced, the
-    /// quota schedules replace the applied set, the settings replace the running ones. The
-    /// bundle was validated as a whole, so references inside it resolve.
-    pub(super) fn put_policy(
-        &mut self,
-        policy: Policy,
-        at: DateTime<Utc>,
-        index: u64,
-    ) -> CommandResult {
-        let spec = policy.spec;
-        let mut count = 0u32;
-        for mut q in spec.queues {
-            q.metadata.resource_version = Some(index);
-            q.metadata.creation_timestamp.get_or_insert(at);
-            self.queues.insert(q.metadata.name.clone(), q);
-            count += 1;
-        }
-        for mut pc in spec.priority_classes {
-            pc.metadata.resource_version = Some(index);
-            pc.metadata.creation_timestamp.get_or_insert(at);
-            self.priority_classes.insert(pc.metadata.name.clone(), pc);
-            count += 1;
-        }
-        let names: Vec<String> = spec
-            .quota_schedules
-            .iter()
-            .map(|s| s.metadata.name.clone())
-            .collect();
-        self.tidal.schedules.retain(|n, _| names.contains(n));
-        self.tidal.windows.retain(|n, _| names.contains(n));
-        for s in spec.quota_schedules {
-            self.put_quota_schedule(s, at, index);
-            count += 1;
-        }
-        self.tidal.settings = Some(spec.scheduler);
-        self.tidal.policy_version = Some(index);
-        CommandResult::Updated { count }
     }
 
     /// One change of window. Accepted only from the recorded window and forward in time;
@@ -218,6 +190,7 @@ mod tests {
     };
 
     use super::*;
+    use tideway_api::Policy;
 
     fn schedule() -> QuotaSchedule {
         let q = |g| {
@@ -296,7 +269,11 @@ mod tests {
         assert!(st.tidal.schedules.is_empty());
         assert!(st.tidal.windows.is_empty());
         assert_eq!(st.tidal.settings().max_preemptions_per_minute, 3);
-        assert_eq!(st.tidal.policy_version, Some(2));
+        assert_eq!(
+            st.tidal.policy_version,
+            Some(2),
+            "the schedule was version 1"
+        );
     }
 
     #[test]
