@@ -158,10 +158,24 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Create or replace a Queue or PriorityClass from a YAML or JSON file.
+    /// Create or replace a Queue, PriorityClass, QuotaSchedule, Policy or RoleBinding from a
+    /// YAML or JSON file.
     Apply {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Role bindings: who holds which role (create or replace them with `apply`).
+    Rolebindings {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a role binding by name (admin).
+    DeleteRolebinding {
+        name: String,
         #[command(flatten)]
         target: Target,
     },
@@ -519,6 +533,15 @@ impl Cli {
                     applied.kind().to_lowercase(),
                     applied.metadata().name
                 );
+                Ok(())
+            }
+            Cmd::Rolebindings { output, target } => {
+                let v = target.client()?.role_bindings().await?;
+                output::print_role_bindings(&v, output)
+            }
+            Cmd::DeleteRolebinding { name, target } => {
+                let b = target.client()?.delete_role_binding(&name).await?;
+                println!("rolebinding/{} deleted", b.metadata.name);
                 Ok(())
             }
             Cmd::Queues { output, target } => {

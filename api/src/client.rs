@@ -435,6 +435,24 @@ impl Client {
         self.get_json("/v1/queues").await
     }
 
+    /// Every role binding (viewer role or above).
+    pub async fn role_bindings(&self) -> Result<crate::list::RoleBindingList, ClientError> {
+        self.get_json("/v1/rolebindings").await
+    }
+
+    /// Revokes a role binding (admin); answers the binding as it was.
+    pub async fn delete_role_binding(&self, name: &str) -> Result<crate::RoleBinding, ClientError> {
+        crate::meta::validate_name(name)
+            .map_err(|e| ClientError::Usage(format!("role binding name '{name}': {e}")))?;
+        let resp = self
+            .http
+            .delete(format!("{}/v1/rolebindings/{name}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// Every priority class.
     pub async fn priority_classes(&self) -> Result<PriorityClassList, ClientError> {
         self.get_json("/v1/priorityclasses").await

@@ -19,6 +19,7 @@ use crate::policy::Policy;
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::quota_schedule::QuotaSchedule;
+use crate::role_binding::RoleBinding;
 use crate::validation::{FieldError, Validate, ValidationErrors, key_path};
 use crate::workload::Workload;
 
@@ -286,17 +287,20 @@ pub enum AnyResource {
     MemberCluster(MemberCluster),
     /// A `Policy` document.
     Policy(Policy),
+    /// A `RoleBinding` document.
+    RoleBinding(RoleBinding),
 }
 
 impl AnyResource {
     /// Every `kind` this enum dispatches on, for the "unknown kind" error message.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         Workload::KIND,
         Queue::KIND,
         PriorityClass::KIND,
         QuotaSchedule::KIND,
         MemberCluster::KIND,
         Policy::KIND,
+        RoleBinding::KIND,
     ];
 
     /// The document's `kind`.
@@ -308,6 +312,7 @@ impl AnyResource {
             Self::QuotaSchedule(_) => QuotaSchedule::KIND,
             Self::MemberCluster(_) => MemberCluster::KIND,
             Self::Policy(_) => Policy::KIND,
+            Self::RoleBinding(_) => RoleBinding::KIND,
         }
     }
 
@@ -320,6 +325,7 @@ impl AnyResource {
             Self::QuotaSchedule(r) => r.metadata(),
             Self::MemberCluster(r) => r.metadata(),
             Self::Policy(r) => r.metadata(),
+            Self::RoleBinding(r) => r.metadata(),
         }
     }
 }
@@ -333,6 +339,7 @@ impl Validate for AnyResource {
             Self::QuotaSchedule(r) => r.validate(),
             Self::MemberCluster(r) => r.validate(),
             Self::Policy(r) => r.validate(),
+            Self::RoleBinding(r) => r.validate(),
         }
     }
 }
@@ -346,6 +353,7 @@ impl Serialize for AnyResource {
             Self::QuotaSchedule(r) => r.serialize(serializer),
             Self::MemberCluster(r) => r.serialize(serializer),
             Self::Policy(r) => r.serialize(serializer),
+            Self::RoleBinding(r) => r.serialize(serializer),
         }
     }
 }
@@ -363,6 +371,7 @@ pub fn decode_resource(
         QuotaSchedule::KIND => AnyResource::QuotaSchedule(decode_any(bytes, content_type_hint)?),
         MemberCluster::KIND => AnyResource::MemberCluster(decode_any(bytes, content_type_hint)?),
         Policy::KIND => AnyResource::Policy(decode_any(bytes, content_type_hint)?),
+        RoleBinding::KIND => AnyResource::RoleBinding(decode_any(bytes, content_type_hint)?),
         other => {
             return Err(DecodeError::Invalid {
                 format: content_type_hint

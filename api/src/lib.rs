@@ -32,6 +32,7 @@ pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
+pub mod role_binding;
 pub mod validation;
 pub mod workload;
 
@@ -55,6 +56,7 @@ pub use quota_schedule::{
     QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
     TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
+pub use role_binding::{Role, RoleBinding, RoleBindingSpec};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,

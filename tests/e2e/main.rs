@@ -19,6 +19,7 @@ mod t84_idempotency_errors;
 mod t85_no_write;
 mod t86_auth;
 mod t87_hardening;
+mod t88_rolebindings;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t95_dashboard;

@@ -1,12 +1,13 @@
 //! `POST /v1/apply`: create or replace queues, priority classes and quota schedules from a
-//! document, or apply a whole policy bundle.
+//! document, or apply a whole policy bundle; create, replace, list and delete role bindings.
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use tideway_api::{AnyResource, Validate};
+use tideway_api::list::RoleBindingList;
+use tideway_api::{AnyResource, RoleBinding, Validate};
 
 use super::AppState;
 use super::error::ApiError;
@@ -47,11 +48,15 @@ pub async fn apply(
             policy: Box::new(p),
             at,
         },
+        AnyResource::RoleBinding(b) => Command::PutRoleBinding {
+            binding: Box::new(b),
+            at,
+        },
         other => {
             return Err(ApiError::field(
                 "kind",
                 format!(
-                    "apply takes Queue, PriorityClass, QuotaSchedule and Policy; submit a Workload with `submit`, not {}",
+                    "apply takes Queue, PriorityClass, QuotaSchedule, Policy and RoleBinding; submit a Workload with `submit`, not {}",
                     other.kind()
                 ),
             ));
@@ -72,6 +77,9 @@ pub async fn apply(
         CommandResult::Created {
             object: StoredObject::QuotaSchedule(s),
         } => Ok(Json(AnyResource::QuotaSchedule(*s))),
+        CommandResult::Created {
+            object: StoredObject::RoleBinding(b),
+        } => Ok(Json(AnyResource::RoleBinding(*b))),
         CommandResult::Updated { .. } if policy.is_some() => match policy {
             Some(p) => Ok(Json(AnyResource::Policy(p))),
             None => Err(ApiError::Internal("policy lost".into())),
@@ -79,6 +87,48 @@ pub async fn apply(
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),
+        other => Err(ApiError::unexpected(other)),
+    }
+}
+
+/// `GET /v1/rolebindings`: every binding, by name.
+pub async fn list_role_bindings(
+    State(st): State<AppState>,
+    params: Result<Query<super::workloads::ReadParams>, QueryRejection>,
+) -> Result<Json<RoleBindingList>, ApiError> {
+    let Query(params) = params.map_err(super::workloads::query_error)?;
+    st.read_barrier(params.stale).await?;
+    let items = st.read(|d| d.state.role_bindings.values().cloned().collect())?;
+    Ok(Json(RoleBindingList::new(items)))
+}
+
+/// `DELETE /v1/rolebindings/{name}`: revoke a binding. An unknown name is a 404 that writes
+/// nothing.
+pub async fn delete_role_binding(
+    State(st): State<AppState>,
+    principal: Option<axum::Extension<tideway_api::auth::Principal>>,
+    Path(name): Path<String>,
+) -> Result<Json<RoleBinding>, ApiError> {
+    st.read_barrier(false).await?;
+    if !st.read(|d| d.state.role_bindings.contains_key(&name))? {
+        return Err(ApiError::NotFound(format!(
+            "role binding '{name}' not found"
+        )));
+    }
+    let actor = principal.map(|axum::Extension(p)| p.subject);
+    let cmd = Command::DeleteRoleBinding {
+        name,
+        at: st.clock.now(),
+    };
+    match st
+        .proposer
+        .propose(Command::by(actor.as_deref(), cmd))
+        .await?
+    {
+        CommandResult::Created {
+            object: StoredObject::RoleBinding(b),
+        } => Ok(Json(*b)),
+        CommandResult::Rejected { rejection } => Err(rejection.into()),
         other => Err(ApiError::unexpected(other)),
     }
 }

@@ -137,6 +137,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/workloads/{id}/explain", get(explain::explain))
         .route("/v1/apply", post(apply::apply))
         .route("/v1/events", get(events::list))
+        .route("/v1/rolebindings", get(apply::list_role_bindings))
+        .route(
+            "/v1/rolebindings/{name}",
+            delete(apply::delete_role_binding),
+        )
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/schedules", get(schedules::list))
         .route("/v1/schedules/{name}/timeline", get(schedules::timeline))
@@ -173,7 +178,10 @@ pub fn router(state: AppState) -> Router {
     api.merge(crate::raft::transport::router(state.raft.clone()))
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Layers run outside in: authenticate (the last added), then authorize.
-        .layer(axum::middleware::from_fn(authz::authorize))
+        .layer(axum::middleware::from_fn_with_state(
+            state.data.clone(),
+            authz::authorize,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             auth::authenticate,

@@ -60,6 +60,10 @@ pub(super) enum Hint {
     Compact {
         names: Vec<String>,
     },
+    Binding {
+        name: String,
+        deleted: bool,
+    },
     Quiet,
 }
 
@@ -141,6 +145,20 @@ impl Hint {
                 },
                 LEADER.into(),
             ),
+            Command::PutRoleBinding { binding, .. } => (
+                Hint::Binding {
+                    name: binding.metadata.name.clone(),
+                    deleted: false,
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::DeleteRoleBinding { name, .. } => (
+                Hint::Binding {
+                    name: name.clone(),
+                    deleted: true,
+                },
+                ANONYMOUS.into(),
+            ),
             Command::As { actor, command } => {
                 let (hint, _) = Hint::of(command);
                 (hint, actor.clone())
@@ -206,6 +224,31 @@ impl FederationState {
                     queue: (kind == "queue").then(|| name.clone()),
                     cluster: None,
                     evidence: format!("{kind} '{name}' created or replaced"),
+                });
+            }
+            (Hint::Binding { name, deleted }, CommandResult::Created { .. }) => {
+                let evidence = match self.role_bindings.get(&name) {
+                    Some(b) if !deleted => {
+                        let scope = if b.spec.queues.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" in queues [{}]", b.spec.queues.join(", "))
+                        };
+                        format!(
+                            "role binding '{name}': {}{scope} for subjects [{}] and groups [{}]",
+                            b.spec.role.as_str(),
+                            b.spec.subjects.join(", "),
+                            b.spec.groups.join(", ")
+                        )
+                    }
+                    _ => format!("role binding '{name}' deleted"),
+                };
+                recs.push(Rec {
+                    kind: AuditKind::AccessChanged,
+                    workload: None,
+                    queue: None,
+                    cluster: None,
+                    evidence,
                 });
             }
             (Hint::Register { name }, CommandResult::Created { .. }) => recs.push(Rec {

@@ -9,7 +9,7 @@ use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{
     ClusterName, FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue,
-    QuotaSchedule, Workload, WorkloadName, WorkloadPhase,
+    QuotaSchedule, RoleBinding, Workload, WorkloadName, WorkloadPhase,
 };
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
@@ -153,6 +153,13 @@ pub enum Command {
         before: DateTime<Utc>,
         at: DateTime<Utc>,
     },
+    /// Create or replace a role binding.
+    PutRoleBinding {
+        binding: Box<RoleBinding>,
+        at: DateTime<Utc>,
+    },
+    /// Delete a role binding by name.
+    DeleteRoleBinding { name: String, at: DateTime<Utc> },
 }
 
 impl Command {
@@ -213,6 +220,7 @@ pub enum StoredObject {
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),
     QuotaSchedule(Box<QuotaSchedule>),
+    RoleBinding(Box<RoleBinding>),
 }
 
 #[cfg(test)]

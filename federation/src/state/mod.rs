@@ -3,6 +3,7 @@
 //! Apply is a pure function of (state, log index, command): no clock, no randomness, no I/O,
 //! so every node that applies the same log holds the same bytes.
 
+pub mod access;
 pub mod audit;
 pub mod bootstrap;
 pub mod command;
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::{FieldError, PriorityClass, Queue, Workload};
+use tideway_api::{FieldError, PriorityClass, Queue, RoleBinding, Workload};
 
 use self::command::{Command, CommandResult, Rejection, StoredObject};
 
@@ -66,6 +67,9 @@ pub struct FederationState {
     /// Every change, with its actor.
     #[serde(default)]
     pub audit: audit::AuditTrail,
+    /// Who holds which role, by binding name.
+    #[serde(default)]
+    pub role_bindings: BTreeMap<String, RoleBinding>,
 }
 
 impl Default for FederationState {
@@ -92,6 +96,7 @@ impl Default for FederationState {
             tidal: Default::default(),
             clock: None,
             audit: Default::default(),
+            role_bindings: BTreeMap::new(),
         }
     }
 }
@@ -311,6 +316,14 @@ impl FederationState {
             Command::CompactWorkloads { names, before, at } => {
                 self.tick(at);
                 self.compact(&names, before)
+            }
+            Command::PutRoleBinding { binding, at } => {
+                self.tick(at);
+                self.put_role_binding(*binding, at, index)
+            }
+            Command::DeleteRoleBinding { name, at } => {
+                self.tick(at);
+                self.delete_role_binding(&name)
             }
         }
     }
