@@ -11,6 +11,7 @@ use tideway_api::auth::{TokenEntry, TokenFile};
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
 use tideway_federation::server::auth::{Authenticator, generate_token, hash_token};
+use tideway_federation::server::jwt::{JwtSettings, JwtVerifier};
 use tideway_federation::{Node, NodeConfig};
 
 use crate::bench;
@@ -348,6 +349,24 @@ pub struct ServerArgs {
     /// Serve without authentication on a non-loopback address.
     #[arg(long)]
     pub insecure_allow_anonymous: bool,
+    /// Accept JWTs signed with this HS256 secret (a file of at least 32 bytes).
+    #[arg(long)]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+    /// Accept JWTs signed by this RSA (RS256) or P-256 EC (ES256) public key (PEM).
+    #[arg(long)]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// Accept JWTs signed by the keys of this JWKS file (read once; never fetched).
+    #[arg(long)]
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// Require this `iss` in JWTs.
+    #[arg(long)]
+    pub jwt_issuer: Option<String>,
+    /// Require this `aud` in JWTs.
+    #[arg(long)]
+    pub jwt_audience: Option<String>,
+    /// The JWT claim that lists the caller's groups.
+    #[arg(long, default_value = tideway_federation::server::jwt::DEFAULT_GROUPS_CLAIM)]
+    pub jwt_groups_claim: String,
     /// A file holding the bearer token this node sends when it joins through --join.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
@@ -622,11 +641,46 @@ fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
     Ok((body, !is_json))
 }
 
+/// The JWT verifier the flags configure, if any key is given.
+fn jwt_verifier(
+    a: &ServerArgs,
+    clock: tideway_api::clock::SharedClock,
+) -> anyhow::Result<Option<JwtVerifier>> {
+    let mut v = JwtVerifier::new(
+        JwtSettings {
+            issuer: a.jwt_issuer.clone(),
+            audience: a.jwt_audience.clone(),
+            groups_claim: Some(a.jwt_groups_claim.clone()),
+        },
+        clock,
+    );
+    if let Some(p) = &a.jwt_hs256_secret_file {
+        v = v.with_hs256_secret_file(p)?;
+    }
+    if let Some(p) = &a.jwt_public_key_file {
+        v = v.with_public_key_pem(p)?;
+    }
+    if let Some(p) = &a.jwt_jwks_file {
+        v = v.with_jwks_file(p)?;
+    }
+    Ok(v.has_keys().then_some(v))
+}
+
 async fn server(a: ServerArgs) -> anyhow::Result<()> {
-    let auth = match &a.auth_tokens {
-        Some(path) => Some(std::sync::Arc::new(Authenticator::from_file(path)?)),
-        None if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
-        None => anyhow::bail!(
+    let jwt = jwt_verifier(&a, tideway_api::clock::RealClock::shared())?;
+    let auth = match (&a.auth_tokens, jwt) {
+        (Some(path), jwt) => {
+            let mut auth = Authenticator::from_file(path)?;
+            if let Some(v) = jwt {
+                auth = auth.with_jwt(v);
+            }
+            Some(std::sync::Arc::new(auth))
+        }
+        (None, Some(v)) => Some(std::sync::Arc::new(
+            Authenticator::new(TokenFile { tokens: vec![] }).with_jwt(v),
+        )),
+        (None, None) if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
+        (None, None) => anyhow::bail!(
             "refusing to serve {} without authentication: pass --auth-tokens FILE, or \
              --insecure-allow-anonymous to accept anyone who can reach it",
             a.listen

@@ -20,6 +20,7 @@ mod t85_no_write;
 mod t86_auth;
 mod t87_hardening;
 mod t88_rolebindings;
+mod t89_jwt;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t95_dashboard;

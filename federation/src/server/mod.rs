@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod explain;
 pub mod internal;
+pub mod jwt;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
