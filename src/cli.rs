@@ -314,6 +314,15 @@ pub struct ServerArgs {
     /// Largest `spec.template` accepted, in bytes of JSON.
     #[arg(long, default_value_t = tideway_federation::server::DEFAULT_MAX_TEMPLATE_BYTES)]
     pub max_template_bytes: usize,
+    /// Requests per second each authenticated subject may send (429 beyond); 0 for no limit.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_RATE_PER_SECOND)]
+    pub rate_limit: f64,
+    /// Requests a subject may send in a burst above --rate-limit.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_RATE_BURST)]
+    pub rate_burst: u32,
+    /// The longest one API request may take (watches excepted), in ms; 0 for no bound.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_REQUEST_TIMEOUT_MS)]
+    pub request_timeout_ms: u64,
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
     #[arg(long, default_value_t = 400)]
@@ -697,6 +706,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
     cfg.limits.max_template_bytes = a.max_template_bytes;
+    cfg.limits.rate_per_second = a.rate_limit;
+    cfg.limits.rate_burst = a.rate_burst;
+    cfg.limits.request_timeout = std::time::Duration::from_millis(a.request_timeout_ms);
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;
@@ -749,6 +761,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     node_cfg.auth = Some(std::sync::Arc::new(
         Authenticator::new(tokens).with_anonymous_reads(),
     ));
+    // One user on loopback, whose admin token the three embedded agents share: no rate
+    // limit (the request time bound stays).
+    node_cfg.limits.rate_per_second = 0.0;
     let node = Node::start(node_cfg).await?;
     if let Some(p) = crate::config::path() {
         let mut c = crate::config::CliConfig::load(&p).unwrap_or_default();
