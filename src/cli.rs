@@ -102,6 +102,12 @@ pub enum Cmd {
         /// Read this node's possibly stale copy instead of a linearizable read.
         #[arg(long)]
         stale: bool,
+        /// Stream the workload's changes until interrupted (`-o json`: JSON lines).
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// With --watch: start after this resource version (resume where a watch stopped).
+        #[arg(long, requires = "watch")]
+        resource_version: Option<u64>,
         #[command(flatten)]
         target: Target,
     },
@@ -146,6 +152,13 @@ pub enum Cmd {
         no_paging: bool,
         #[arg(long)]
         stale: bool,
+        /// Stream changes of every workload you may read until interrupted (`-o json`: JSON
+        /// lines).
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// With --watch: start after this resource version (resume where a watch stopped).
+        #[arg(long, requires = "watch")]
+        resource_version: Option<u64>,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: OutputFormat,
         #[command(flatten)]
@@ -484,8 +497,28 @@ impl Cli {
             Cmd::Get {
                 id,
                 output,
+                watch: true,
+                resource_version,
+                target,
+                ..
+            } => watch_loop(&target.client()?, Some(&id), None, resource_version, output).await,
+            Cmd::List {
+                queue,
+                watch: true,
+                resource_version,
+                output,
+                target,
+                ..
+            } => {
+                let client = target.client()?;
+                watch_loop(&client, None, queue.as_deref(), resource_version, output).await
+            }
+            Cmd::Get {
+                id,
+                output,
                 stale,
                 target,
+                ..
             } => {
                 let w = target.client()?.get(&id, stale).await?;
                 output::print_one(&w, output)
@@ -529,6 +562,7 @@ impl Cli {
                 stale,
                 output,
                 target,
+                ..
             } => {
                 let client = target.client()?;
                 let mut q = ListQuery {
@@ -633,6 +667,57 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Streams watch events until interrupted. A lost connection or an unavailable node is
+/// retried from the last version seen, so nothing is missed or shown twice; a refusal (403,
+/// 404, 400) ends the watch with its error.
+async fn watch_loop(
+    client: &Client,
+    id: Option<&str>,
+    queue: Option<&str>,
+    from: Option<u64>,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    use tideway_api::client::ClientError;
+    let mut from = from.unwrap_or(0);
+    if output != OutputFormat::Json {
+        println!(
+            "{:<9} {:<32} {:<10} {:<12} VERSION",
+            "EVENT", "NAME", "PHASE", "CLUSTER"
+        );
+    }
+    loop {
+        let page = match client.watch(id, queue, from, 30).await {
+            Ok(p) => p,
+            Err(ClientError::Problem(p)) if p.status != 503 => {
+                return Err(ClientError::Problem(p).into());
+            }
+            Err(e) => {
+                eprintln!("watch interrupted ({e}); resuming after version {from}");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for ev in &page.items {
+            if output == OutputFormat::Json {
+                println!("{}", serde_json::to_string(ev)?);
+            } else {
+                let st = ev.object.as_ref().and_then(|w| w.status.as_ref());
+                println!(
+                    "{:<9} {:<32} {:<10} {:<12} {}",
+                    format!("{:?}", ev.kind).to_uppercase(),
+                    ev.name,
+                    st.map(|s| s.phase.as_str()).unwrap_or("-"),
+                    st.and_then(|s| s.cluster.as_deref()).unwrap_or("-"),
+                    ev.resource_version
+                );
+            }
+        }
+        std::io::stdout().flush()?;
+        from = page.resource_version;
+    }
 }
 
 fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {

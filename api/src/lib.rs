@@ -34,6 +34,7 @@ pub mod queue;
 pub mod quota_schedule;
 pub mod role_binding;
 pub mod validation;
+pub mod watch;
 pub mod workload;
 
 pub use decode::{

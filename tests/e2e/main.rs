@@ -21,6 +21,7 @@ mod t86_auth;
 mod t87_hardening;
 mod t88_rolebindings;
 mod t89_jwt;
+mod t89_watch;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t95_dashboard;

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod schedules;
 pub mod ui;
+pub mod watch;
 pub mod workloads;
 
 use std::sync::{Arc, RwLock};

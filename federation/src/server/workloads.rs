@@ -211,13 +211,78 @@ pub fn not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("workload '{id}' not found"))
 }
 
+/// The query of `GET /v1/workloads/{id}`: a read, or a watch of the one workload.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GetParams {
+    #[serde(default)]
+    pub stale: bool,
+    #[serde(default)]
+    pub watch: bool,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Option<u64>,
+    #[serde(rename = "timeoutSeconds")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// `watch=true&resourceVersion=N&timeoutSeconds=T`: long-poll the changes after N. (Fields
+/// repeated in each query type rather than flattened: serde's flatten loses the types of
+/// URL-encoded values.)
+#[derive(Debug, Default)]
+pub struct WatchParams {
+    pub watch: bool,
+    pub resource_version: Option<u64>,
+    pub timeout_seconds: Option<u64>,
+}
+
+impl WatchParams {
+    async fn serve(
+        &self,
+        st: &AppState,
+        access: Option<&Access>,
+        scope: super::watch::WatchScope,
+    ) -> Result<Response, ApiError> {
+        let wait = self
+            .timeout_seconds
+            .unwrap_or(super::watch::DEFAULT_WAIT_SECS);
+        if wait > super::watch::MAX_WAIT_SECS {
+            return Err(ApiError::field(
+                "query:timeoutSeconds",
+                format!("must be at most {}", super::watch::MAX_WAIT_SECS),
+            ));
+        }
+        let page = super::watch::watch(
+            st,
+            access,
+            &scope,
+            self.resource_version.unwrap_or(0),
+            std::time::Duration::from_secs(wait),
+        )
+        .await?;
+        Ok(Json(page).into_response())
+    }
+}
+
 pub async fn get_one(
     State(st): State<AppState>,
     access: Option<Extension<Access>>,
     Path(id): Path<String>,
-    params: Result<Query<ReadParams>, QueryRejection>,
+    params: Result<Query<GetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(query_error)?;
+    if params.watch {
+        let access = access.map(|Extension(a)| a);
+        let scope = super::watch::WatchScope {
+            name: Some(id),
+            queue: None,
+        };
+        let w = WatchParams {
+            watch: true,
+            resource_version: params.resource_version,
+            timeout_seconds: params.timeout_seconds,
+        };
+        return w.serve(&st, access.as_ref(), scope).await;
+    }
     st.read_barrier(params.stale).await?;
     let w = st.read(|d| d.state.workload(&id).cloned())?;
     let access = access.map(|Extension(a)| a);
@@ -302,6 +367,12 @@ pub struct ListParams {
     pub after: Option<u64>,
     #[serde(default)]
     pub stale: bool,
+    #[serde(default)]
+    pub watch: bool,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Option<u64>,
+    #[serde(rename = "timeoutSeconds")]
+    pub timeout_seconds: Option<u64>,
 }
 
 pub const DEFAULT_PAGE: usize = 100;
@@ -319,6 +390,18 @@ pub async fn list(
 ) -> Result<Response, ApiError> {
     let access = access.map(|Extension(a)| a);
     let Query(p) = params.map_err(query_error)?;
+    if p.watch {
+        let scope = super::watch::WatchScope {
+            name: None,
+            queue: p.queue.clone(),
+        };
+        let w = WatchParams {
+            watch: true,
+            resource_version: p.resource_version,
+            timeout_seconds: p.timeout_seconds,
+        };
+        return w.serve(&st, access.as_ref(), scope).await;
+    }
     let limit = p.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::field(
