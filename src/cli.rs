@@ -364,6 +364,10 @@ pub struct ServerArgs {
     /// compact them out of the live state (their names become free again).
     #[arg(long, default_value_t = 3600)]
     pub retain_terminal: u64,
+    /// Audit trail retention: a count of records (`100000`) or an age (`30d`, `12h`, `90m`,
+    /// `3600s`); the trail never holds more than 200,000 records.
+    #[arg(long, value_parser = parse_audit_retain)]
+    pub audit_retain: Option<AuditRetain>,
     /// Require a bearer token from this file (YAML: `tokens: [{subject, groups, sha256}]`,
     /// SHA-256 digests only) on every API request.
     #[arg(long)]
@@ -392,6 +396,33 @@ pub struct ServerArgs {
     /// A file holding the bearer token this node sends when it joins through --join.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+}
+
+/// `--audit-retain`: how much of the audit trail to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditRetain {
+    Count(usize),
+    Age(std::time::Duration),
+}
+
+fn parse_audit_retain(s: &str) -> Result<AuditRetain, String> {
+    let bad = || format!("'{s}': a count (100000) or an age (30d, 12h, 90m, 3600s)");
+    if let Ok(n) = s.parse::<usize>() {
+        return (n > 0).then_some(AuditRetain::Count(n)).ok_or_else(bad);
+    }
+    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(bad()),
+    };
+    if secs == 0 {
+        return Err(bad());
+    }
+    Ok(AuditRetain::Age(std::time::Duration::from_secs(secs)))
 }
 
 /// Whether `listen` binds only the loopback interface.
@@ -438,6 +469,29 @@ pub struct DevArgs {
     /// instead of now: tidal windows then open at the same moments on every run.
     #[arg(long, value_parser = parse_start_at)]
     pub start_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_retention_is_a_count_or_an_age() {
+        assert_eq!(parse_audit_retain("5000"), Ok(AuditRetain::Count(5000)));
+        assert_eq!(
+            parse_audit_retain("30d"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(
+                30 * 86_400
+            )))
+        );
+        assert_eq!(
+            parse_audit_retain("90m"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(5400)))
+        );
+        for bad in ["0", "0h", "1w", "", "h", "-3"] {
+            assert!(parse_audit_retain(bad).is_err(), "{bad}");
+        }
+    }
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -804,6 +858,11 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.dispatch.compaction_interval =
         std::time::Duration::from_secs(a.retain_terminal.clamp(1, 10));
     cfg.dispatch.member_lost_after = std::time::Duration::from_millis(a.member_lost_after_ms);
+    match a.audit_retain {
+        Some(AuditRetain::Count(n)) => cfg.dispatch.audit_retain_count = Some(n),
+        Some(AuditRetain::Age(d)) => cfg.dispatch.audit_retain_age = Some(d),
+        None => {}
+    }
     cfg.dispatch.redispatch_per_second = a.redispatch_per_second.max(0.1);
     cfg.dispatch.redispatch_per_member_per_second = a.redispatch_per_member_per_second.max(0.1);
     let node = Node::start(cfg).await?;

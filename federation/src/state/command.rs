@@ -160,6 +160,9 @@ pub enum Command {
     },
     /// Delete a role binding by name.
     DeleteRoleBinding { name: String, at: DateTime<Utc> },
+    /// Drop the audit records numbered below `before_seq` (chosen by the leader from its
+    /// audit retention setting).
+    CompactAudit { before_seq: u64, at: DateTime<Utc> },
 }
 
 impl Command {

@@ -325,6 +325,10 @@ impl FederationState {
                 self.tick(at);
                 self.delete_role_binding(&name)
             }
+            Command::CompactAudit { before_seq, at } => {
+                self.tick(at);
+                self.compact_audit(before_seq)
+            }
         }
     }
 
