@@ -471,29 +471,6 @@ pub struct DevArgs {
     pub start_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn audit_retention_is_a_count_or_an_age() {
-        assert_eq!(parse_audit_retain("5000"), Ok(AuditRetain::Count(5000)));
-        assert_eq!(
-            parse_audit_retain("30d"),
-            Ok(AuditRetain::Age(std::time::Duration::from_secs(
-                30 * 86_400
-            )))
-        );
-        assert_eq!(
-            parse_audit_retain("90m"),
-            Ok(AuditRetain::Age(std::time::Duration::from_secs(5400)))
-        );
-        for bad in ["0", "0h", "1w", "", "h", "-3"] {
-            assert!(parse_audit_retain(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&chrono::Utc))
@@ -1049,6 +1026,29 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             let ack = target.client()?.cluster_snapshot().await?;
             println!("{}", serde_json::to_string(&ack)?);
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_retention_is_a_count_or_an_age() {
+        assert_eq!(parse_audit_retain("5000"), Ok(AuditRetain::Count(5000)));
+        assert_eq!(
+            parse_audit_retain("30d"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(
+                30 * 86_400
+            )))
+        );
+        assert_eq!(
+            parse_audit_retain("90m"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(5400)))
+        );
+        for bad in ["0", "0h", "1w", "", "h", "-3"] {
+            assert!(parse_audit_retain(bad).is_err(), "{bad}");
         }
     }
 }
