@@ -167,6 +167,7 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
                 let app =
                     tideway_agent::local_view::router(sim.backend.clone(), sim.cluster.clone());
                 tokio::spawn(async move {
+                    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
                     if let Err(e) = axum::serve(listener, app).await {
                         tracing::warn!(error = %e, "the local view stopped");
                     }

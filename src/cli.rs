@@ -11,6 +11,7 @@ use tideway_api::auth::{TokenEntry, TokenFile};
 use tideway_api::client::{Client, ListQuery};
 use tideway_api::cluster::{ClusterReport, NodeReport};
 use tideway_federation::server::auth::{Authenticator, generate_token, hash_token};
+use tideway_federation::server::jwt::{JwtSettings, JwtVerifier};
 use tideway_federation::{Node, NodeConfig};
 
 use crate::bench;
@@ -101,6 +102,12 @@ pub enum Cmd {
         /// Read this node's possibly stale copy instead of a linearizable read.
         #[arg(long)]
         stale: bool,
+        /// Stream the workload's changes until interrupted (`-o json`: JSON lines).
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// With --watch: start after this resource version (resume where a watch stopped).
+        #[arg(long, requires = "watch")]
+        resource_version: Option<u64>,
         #[command(flatten)]
         target: Target,
     },
@@ -145,6 +152,13 @@ pub enum Cmd {
         no_paging: bool,
         #[arg(long)]
         stale: bool,
+        /// Stream changes of every workload you may read until interrupted (`-o json`: JSON
+        /// lines).
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// With --watch: start after this resource version (resume where a watch stopped).
+        #[arg(long, requires = "watch")]
+        resource_version: Option<u64>,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: OutputFormat,
         #[command(flatten)]
@@ -158,10 +172,24 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Create or replace a Queue or PriorityClass from a YAML or JSON file.
+    /// Create or replace a Queue, PriorityClass, QuotaSchedule, Policy or RoleBinding from a
+    /// YAML or JSON file.
     Apply {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Role bindings: who holds which role (create or replace them with `apply`).
+    Rolebindings {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a role binding by name (admin).
+    DeleteRolebinding {
+        name: String,
         #[command(flatten)]
         target: Target,
     },
@@ -414,6 +442,15 @@ pub struct ServerArgs {
     /// Largest `spec.template` accepted, in bytes of JSON.
     #[arg(long, default_value_t = tideway_federation::server::DEFAULT_MAX_TEMPLATE_BYTES)]
     pub max_template_bytes: usize,
+    /// Requests per second each authenticated subject may send (429 beyond); 0 for no limit.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_RATE_PER_SECOND)]
+    pub rate_limit: f64,
+    /// Requests a subject may send in a burst above --rate-limit.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_RATE_BURST)]
+    pub rate_burst: u32,
+    /// The longest one API request may take (watches excepted), in ms; 0 for no bound.
+    #[arg(long, default_value_t = tideway_federation::server::DEFAULT_REQUEST_TIMEOUT_MS)]
+    pub request_timeout_ms: u64,
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
     #[arg(long, default_value_t = 400)]
@@ -442,6 +479,10 @@ pub struct ServerArgs {
     /// compact them out of the live state (their names become free again).
     #[arg(long, default_value_t = 3600)]
     pub retain_terminal: u64,
+    /// Audit trail retention: a count of records (`100000`) or an age (`30d`, `12h`, `90m`,
+    /// `3600s`); the trail never holds more than 200,000 records.
+    #[arg(long, value_parser = parse_audit_retain)]
+    pub audit_retain: Option<AuditRetain>,
     /// Require a bearer token from this file (YAML: `tokens: [{subject, groups, sha256}]`,
     /// SHA-256 digests only) on every API request.
     #[arg(long)]
@@ -449,9 +490,54 @@ pub struct ServerArgs {
     /// Serve without authentication on a non-loopback address.
     #[arg(long)]
     pub insecure_allow_anonymous: bool,
+    /// Accept JWTs signed with this HS256 secret (a file of at least 32 bytes).
+    #[arg(long)]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+    /// Accept JWTs signed by this RSA (RS256) or P-256 EC (ES256) public key (PEM).
+    #[arg(long)]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// Accept JWTs signed by the keys of this JWKS file (read once; never fetched).
+    #[arg(long)]
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// Require this `iss` in JWTs.
+    #[arg(long)]
+    pub jwt_issuer: Option<String>,
+    /// Require this `aud` in JWTs.
+    #[arg(long)]
+    pub jwt_audience: Option<String>,
+    /// The JWT claim that lists the caller's groups.
+    #[arg(long, default_value = tideway_federation::server::jwt::DEFAULT_GROUPS_CLAIM)]
+    pub jwt_groups_claim: String,
     /// A file holding the bearer token this node sends when it joins through --join.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+}
+
+/// `--audit-retain`: how much of the audit trail to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditRetain {
+    Count(usize),
+    Age(std::time::Duration),
+}
+
+fn parse_audit_retain(s: &str) -> Result<AuditRetain, String> {
+    let bad = || format!("'{s}': a count (100000) or an age (30d, 12h, 90m, 3600s)");
+    if let Ok(n) = s.parse::<usize>() {
+        return (n > 0).then_some(AuditRetain::Count(n)).ok_or_else(bad);
+    }
+    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(bad()),
+    };
+    if secs == 0 {
+        return Err(bad());
+    }
+    Ok(AuditRetain::Age(std::time::Duration::from_secs(secs)))
 }
 
 /// Whether `listen` binds only the loopback interface.
@@ -557,8 +643,28 @@ impl Cli {
             Cmd::Get {
                 id,
                 output,
+                watch: true,
+                resource_version,
+                target,
+                ..
+            } => watch_loop(&target.client()?, Some(&id), None, resource_version, output).await,
+            Cmd::List {
+                queue,
+                watch: true,
+                resource_version,
+                output,
+                target,
+                ..
+            } => {
+                let client = target.client()?;
+                watch_loop(&client, None, queue.as_deref(), resource_version, output).await
+            }
+            Cmd::Get {
+                id,
+                output,
                 stale,
                 target,
+                ..
             } => {
                 let w = target.client()?.get(&id, stale).await?;
                 output::print_one(&w, output)
@@ -602,6 +708,7 @@ impl Cli {
                 stale,
                 output,
                 target,
+                ..
             } => {
                 let client = target.client()?;
                 let mut q = ListQuery {
@@ -634,6 +741,15 @@ impl Cli {
                     applied.kind().to_lowercase(),
                     applied.metadata().name
                 );
+                Ok(())
+            }
+            Cmd::Rolebindings { output, target } => {
+                let v = target.client()?.role_bindings().await?;
+                output::print_role_bindings(&v, output)
+            }
+            Cmd::DeleteRolebinding { name, target } => {
+                let b = target.client()?.delete_role_binding(&name).await?;
+                println!("rolebinding/{} deleted", b.metadata.name);
                 Ok(())
             }
             Cmd::Queues { output, target } => {
@@ -840,6 +956,57 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Streams watch events until interrupted. A lost connection or an unavailable node is
+/// retried from the last version seen, so nothing is missed or shown twice; a refusal (403,
+/// 404, 400) ends the watch with its error.
+async fn watch_loop(
+    client: &Client,
+    id: Option<&str>,
+    queue: Option<&str>,
+    from: Option<u64>,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    use tideway_api::client::ClientError;
+    let mut from = from.unwrap_or(0);
+    if output != OutputFormat::Json {
+        println!(
+            "{:<9} {:<32} {:<10} {:<12} VERSION",
+            "EVENT", "NAME", "PHASE", "CLUSTER"
+        );
+    }
+    loop {
+        let page = match client.watch(id, queue, from, 30).await {
+            Ok(p) => p,
+            Err(ClientError::Problem(p)) if p.status != 503 => {
+                return Err(ClientError::Problem(p).into());
+            }
+            Err(e) => {
+                eprintln!("watch interrupted ({e}); resuming after version {from}");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for ev in &page.items {
+            if output == OutputFormat::Json {
+                println!("{}", serde_json::to_string(ev)?);
+            } else {
+                let st = ev.object.as_ref().and_then(|w| w.status.as_ref());
+                println!(
+                    "{:<9} {:<32} {:<10} {:<12} {}",
+                    format!("{:?}", ev.kind).to_uppercase(),
+                    ev.name,
+                    st.map(|s| s.phase.as_str()).unwrap_or("-"),
+                    st.and_then(|s| s.cluster.as_deref()).unwrap_or("-"),
+                    ev.resource_version
+                );
+            }
+        }
+        std::io::stdout().flush()?;
+        from = page.resource_version;
+    }
+}
+
 fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
     let body = if file.as_os_str() == "-" {
         let mut b = Vec::new();
@@ -855,11 +1022,46 @@ fn read_manifest(file: &PathBuf) -> anyhow::Result<(Vec<u8>, bool)> {
     Ok((body, !is_json))
 }
 
+/// The JWT verifier the flags configure, if any key is given.
+fn jwt_verifier(
+    a: &ServerArgs,
+    clock: tideway_api::clock::SharedClock,
+) -> anyhow::Result<Option<JwtVerifier>> {
+    let mut v = JwtVerifier::new(
+        JwtSettings {
+            issuer: a.jwt_issuer.clone(),
+            audience: a.jwt_audience.clone(),
+            groups_claim: Some(a.jwt_groups_claim.clone()),
+        },
+        clock,
+    );
+    if let Some(p) = &a.jwt_hs256_secret_file {
+        v = v.with_hs256_secret_file(p)?;
+    }
+    if let Some(p) = &a.jwt_public_key_file {
+        v = v.with_public_key_pem(p)?;
+    }
+    if let Some(p) = &a.jwt_jwks_file {
+        v = v.with_jwks_file(p)?;
+    }
+    Ok(v.has_keys().then_some(v))
+}
+
 async fn server(a: ServerArgs) -> anyhow::Result<()> {
-    let auth = match &a.auth_tokens {
-        Some(path) => Some(std::sync::Arc::new(Authenticator::from_file(path)?)),
-        None if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
-        None => anyhow::bail!(
+    let jwt = jwt_verifier(&a, tideway_api::clock::RealClock::shared())?;
+    let auth = match (&a.auth_tokens, jwt) {
+        (Some(path), jwt) => {
+            let mut auth = Authenticator::from_file(path)?;
+            if let Some(v) = jwt {
+                auth = auth.with_jwt(v);
+            }
+            Some(std::sync::Arc::new(auth))
+        }
+        (None, Some(v)) => Some(std::sync::Arc::new(
+            Authenticator::new(TokenFile { tokens: vec![] }).with_jwt(v),
+        )),
+        (None, None) if is_loopback(&a.listen) || a.insecure_allow_anonymous => None,
+        (None, None) => anyhow::bail!(
             "refusing to serve {} without authentication: pass --auth-tokens FILE, or \
              --insecure-allow-anonymous to accept anyone who can reach it",
             a.listen
@@ -876,6 +1078,9 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.join = a.join;
     cfg.fault_injection = a.fault_injection;
     cfg.limits.max_template_bytes = a.max_template_bytes;
+    cfg.limits.rate_per_second = a.rate_limit;
+    cfg.limits.rate_burst = a.rate_burst;
+    cfg.limits.request_timeout = std::time::Duration::from_millis(a.request_timeout_ms);
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;
@@ -886,6 +1091,11 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.dispatch.compaction_interval =
         std::time::Duration::from_secs(a.retain_terminal.clamp(1, 10));
     cfg.dispatch.member_lost_after = std::time::Duration::from_millis(a.member_lost_after_ms);
+    match a.audit_retain {
+        Some(AuditRetain::Count(n)) => cfg.dispatch.audit_retain_count = Some(n),
+        Some(AuditRetain::Age(d)) => cfg.dispatch.audit_retain_age = Some(d),
+        None => {}
+    }
     cfg.dispatch.redispatch_per_second = a.redispatch_per_second.max(0.1);
     cfg.dispatch.redispatch_per_member_per_second = a.redispatch_per_member_per_second.max(0.1);
     let node = Node::start(cfg).await?;
@@ -928,6 +1138,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     node_cfg.auth = Some(std::sync::Arc::new(
         Authenticator::new(tokens).with_anonymous_reads(),
     ));
+    // One user on loopback, whose admin token the three embedded agents share: no rate
+    // limit (the request time bound stays).
+    node_cfg.limits.rate_per_second = 0.0;
     let node = Node::start(node_cfg).await?;
     if let Some(p) = crate::config::path() {
         let mut c = crate::config::CliConfig::load(&p).unwrap_or_default();
@@ -1069,6 +1282,29 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             let ack = target.client()?.cluster_snapshot().await?;
             println!("{}", serde_json::to_string(&ack)?);
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_retention_is_a_count_or_an_age() {
+        assert_eq!(parse_audit_retain("5000"), Ok(AuditRetain::Count(5000)));
+        assert_eq!(
+            parse_audit_retain("30d"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(
+                30 * 86_400
+            )))
+        );
+        assert_eq!(
+            parse_audit_retain("90m"),
+            Ok(AuditRetain::Age(std::time::Duration::from_secs(5400)))
+        );
+        for bad in ["0", "0h", "1w", "", "h", "-3"] {
+            assert!(parse_audit_retain(bad).is_err(), "{bad}");
         }
     }
 }

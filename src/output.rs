@@ -323,6 +323,40 @@ fn quota_text(f: &FlavorQuota) -> String {
     )
 }
 
+pub fn print_role_bindings(
+    v: &tideway_api::list::RoleBindingList,
+    fmt: OutputFormat,
+) -> anyhow::Result<()> {
+    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
+        return print_one(v, fmt);
+    }
+    let list = |xs: &[String]| {
+        if xs.is_empty() {
+            "-".to_string()
+        } else {
+            xs.join(",")
+        }
+    };
+    let rows = v
+        .items
+        .iter()
+        .map(|b| {
+            vec![
+                b.metadata.name.clone(),
+                b.spec.role.as_str().to_string(),
+                list(&b.spec.subjects),
+                list(&b.spec.groups),
+                list(&b.spec.queues),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(&["NAME", "ROLE", "SUBJECTS", "GROUPS", "QUEUES"], rows, &[])
+    );
+    Ok(())
+}
+
 pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
     if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
         return print_one(v, fmt);

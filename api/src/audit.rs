@@ -34,11 +34,13 @@ pub enum AuditKind {
     TidalTransition,
     /// A policy version was replaced by an earlier one, by hand or by a rollout trigger.
     PolicyRolledBack,
+    /// A role binding was created, replaced or deleted.
+    AccessChanged,
 }
 
 impl AuditKind {
     /// Every kind.
-    pub const ALL: [AuditKind; 14] = [
+    pub const ALL: [AuditKind; 15] = [
         Self::Submitted,
         Self::Assigned,
         Self::Preempted,
@@ -53,6 +55,7 @@ impl AuditKind {
         Self::MemberHealth,
         Self::TidalTransition,
         Self::PolicyRolledBack,
+        Self::AccessChanged,
     ];
 
     /// The name as serialized (`Cancelled`).
@@ -72,6 +75,7 @@ impl AuditKind {
             Self::MemberHealth => "MemberHealth",
             Self::TidalTransition => "TidalTransition",
             Self::PolicyRolledBack => "PolicyRolledBack",
+            Self::AccessChanged => "AccessChanged",
         }
     }
 }

@@ -472,6 +472,58 @@ impl Client {
         self.get_json("/v1/queues").await
     }
 
+    /// Long-polls the changes of workloads after `from` (a resource version): of the one
+    /// workload `id`, or of every readable workload (of `queue`, if given). Waits up to
+    /// `wait_seconds` (at most 60) for the first change; resume from the answer's
+    /// `resourceVersion`.
+    pub async fn watch(
+        &self,
+        id: Option<&str>,
+        queue: Option<&str>,
+        from: u64,
+        wait_seconds: u64,
+    ) -> Result<crate::watch::WatchPage, ClientError> {
+        let path = match id {
+            Some(id) => format!("{}/v1/workloads/{id}", self.addr),
+            None => format!("{}/v1/workloads", self.addr),
+        };
+        let mut q: Vec<(&str, String)> = vec![
+            ("watch", "true".into()),
+            ("resourceVersion", from.to_string()),
+            ("timeoutSeconds", wait_seconds.to_string()),
+        ];
+        if let Some(queue) = queue {
+            q.push(("queue", queue.to_string()));
+        }
+        let resp = self
+            .http
+            .get(path)
+            .query(&q)
+            .timeout(Duration::from_secs(wait_seconds + 10))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
+    /// Every role binding (viewer role or above).
+    pub async fn role_bindings(&self) -> Result<crate::list::RoleBindingList, ClientError> {
+        self.get_json("/v1/rolebindings").await
+    }
+
+    /// Revokes a role binding (admin); answers the binding as it was.
+    pub async fn delete_role_binding(&self, name: &str) -> Result<crate::RoleBinding, ClientError> {
+        crate::meta::validate_name(name)
+            .map_err(|e| ClientError::Usage(format!("role binding name '{name}': {e}")))?;
+        let resp = self
+            .http
+            .delete(format!("{}/v1/rolebindings/{name}", self.addr))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        self.decode(resp).await
+    }
+
     /// Every priority class.
     pub async fn priority_classes(&self) -> Result<PriorityClassList, ClientError> {
         self.get_json("/v1/priorityclasses").await

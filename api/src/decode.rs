@@ -19,6 +19,7 @@ use crate::policy::Policy;
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::quota_schedule::QuotaSchedule;
+use crate::role_binding::RoleBinding;
 use crate::validation::{FieldError, Validate, ValidationErrors, key_path};
 use crate::webhook::Webhook;
 use crate::workload::Workload;
@@ -289,11 +290,13 @@ pub enum AnyResource {
     Policy(Policy),
     /// A `Webhook` document.
     Webhook(Webhook),
+    /// A `RoleBinding` document.
+    RoleBinding(RoleBinding),
 }
 
 impl AnyResource {
     /// Every `kind` this enum dispatches on, for the "unknown kind" error message.
-    pub const KINDS: [&'static str; 7] = [
+    pub const KINDS: [&'static str; 8] = [
         Workload::KIND,
         Queue::KIND,
         PriorityClass::KIND,
@@ -301,6 +304,7 @@ impl AnyResource {
         MemberCluster::KIND,
         Policy::KIND,
         Webhook::KIND,
+        RoleBinding::KIND,
     ];
 
     /// The document's `kind`.
@@ -313,6 +317,7 @@ impl AnyResource {
             Self::MemberCluster(_) => MemberCluster::KIND,
             Self::Policy(_) => Policy::KIND,
             Self::Webhook(_) => Webhook::KIND,
+            Self::RoleBinding(_) => RoleBinding::KIND,
         }
     }
 
@@ -326,6 +331,7 @@ impl AnyResource {
             Self::MemberCluster(r) => r.metadata(),
             Self::Policy(r) => r.metadata(),
             Self::Webhook(r) => r.metadata(),
+            Self::RoleBinding(r) => r.metadata(),
         }
     }
 }
@@ -340,6 +346,7 @@ impl Validate for AnyResource {
             Self::MemberCluster(r) => r.validate(),
             Self::Policy(r) => r.validate(),
             Self::Webhook(r) => r.validate(),
+            Self::RoleBinding(r) => r.validate(),
         }
     }
 }
@@ -354,6 +361,7 @@ impl Serialize for AnyResource {
             Self::MemberCluster(r) => r.serialize(serializer),
             Self::Policy(r) => r.serialize(serializer),
             Self::Webhook(r) => r.serialize(serializer),
+            Self::RoleBinding(r) => r.serialize(serializer),
         }
     }
 }
@@ -372,6 +380,7 @@ pub fn decode_resource(
         MemberCluster::KIND => AnyResource::MemberCluster(decode_any(bytes, content_type_hint)?),
         Policy::KIND => AnyResource::Policy(decode_any(bytes, content_type_hint)?),
         Webhook::KIND => AnyResource::Webhook(decode_any(bytes, content_type_hint)?),
+        RoleBinding::KIND => AnyResource::RoleBinding(decode_any(bytes, content_type_hint)?),
         other => {
             return Err(DecodeError::Invalid {
                 format: content_type_hint

@@ -33,9 +33,11 @@ pub mod priority_class;
 pub mod problem;
 pub mod queue;
 pub mod quota_schedule;
-pub mod usage;
+pub mod role_binding;
 pub mod rollout;
+pub mod usage;
 pub mod validation;
+pub mod watch;
 pub mod webhook;
 pub mod workload;
 
@@ -64,6 +66,7 @@ pub use quota_schedule::{
     TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
 pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
+pub use role_binding::{Role, RoleBinding, RoleBindingSpec};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,

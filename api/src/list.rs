@@ -7,6 +7,7 @@ use crate::member_cluster::MemberCluster;
 use crate::meta::{API_VERSION, Resource};
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
+use crate::role_binding::RoleBinding;
 use crate::workload::Workload;
 
 /// A page of workloads in submission order.
@@ -53,6 +54,8 @@ pub type QueueList = ResourceList<Queue>;
 pub type PriorityClassList = ResourceList<PriorityClass>;
 /// `GET /v1/members`.
 pub type MemberClusterList = ResourceList<MemberCluster>;
+/// `GET /v1/rolebindings`.
+pub type RoleBindingList = ResourceList<RoleBinding>;
 
 #[cfg(test)]
 mod tests {

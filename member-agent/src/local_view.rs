@@ -1,6 +1,10 @@
 //! The agent's own small HTTP endpoint (`tideway agent --listen`): `/healthz`, and
 //! `/v1/local`, what its cluster holds as the agent sees it. Tests read it to check that an
 //! assignment was created exactly once; operators read it to compare with the federation.
+//!
+//! `POST /v1/faults` breaks nodes of the simulated cluster, so it answers only callers on the
+//! loopback interface (403 problem+json otherwise): serve the router with
+//! `into_make_service_with_connect_info::<SocketAddr>()` so the peer address is known.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -46,11 +50,25 @@ async fn local(State(v): State<ViewState>) -> Result<Json<LocalView>, (StatusCod
     }))
 }
 
-/// `POST /v1/faults`: injects a node fault into the sim cluster (tests and demos).
+/// `POST /v1/faults`: injects a node fault into the sim cluster (tests and demos), for a
+/// caller on loopback only.
 async fn inject_fault(
     State(v): State<ViewState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     Json(req): Json<FaultRequest>,
 ) -> Result<Json<FaultAck>, (StatusCode, Json<Problem>)> {
+    if let Some(axum::Extension(axum::extract::ConnectInfo(addr))) = peer
+        && !addr.ip().is_loopback()
+    {
+        tracing::warn!(peer = %addr, "fault injection refused: not a loopback caller");
+        return Err((
+            StatusCode::FORBIDDEN,
+            Json(
+                Problem::new("forbidden", "Forbidden", 403)
+                    .with_detail("fault injection answers loopback callers only"),
+            ),
+        ));
+    }
     match v.backend.node_fault(&req.node, req.kind) {
         Ok(affected) => Ok(Json(FaultAck {
             node: req.node,
@@ -64,5 +82,42 @@ async fn inject_fault(
                     .with_detail(e.to_string()),
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::extract::ConnectInfo;
+    use axum::http::Request;
+    use tideway_api::clock::ManualClock;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::sim::cluster::tests::{small, t};
+
+    async fn fault_from(peer: &str) -> StatusCode {
+        let backend = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        let addr: SocketAddr = peer.parse().expect("addr");
+        let req = Request::post("/v1/faults")
+            .header("content-type", "application/json")
+            .extension(ConnectInfo(addr))
+            .body(Body::from(r#"{"node":"no-such-node","kind":"gpu"}"#))
+            .expect("request");
+        router(backend, "sim".into())
+            .oneshot(req)
+            .await
+            .expect("response")
+            .status()
+    }
+
+    #[tokio::test]
+    async fn faults_answer_loopback_callers_only() {
+        assert_eq!(fault_from("10.1.2.3:5000").await, StatusCode::FORBIDDEN);
+        // From loopback the request is heard (and refused for its unknown node).
+        assert_eq!(fault_from("127.0.0.1:5000").await, StatusCode::BAD_REQUEST);
     }
 }

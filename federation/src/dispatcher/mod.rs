@@ -36,6 +36,11 @@ pub struct DispatchConfig {
     pub retain_terminal: Duration,
     /// How often the leader looks for terminal workloads past their retention.
     pub compaction_interval: Duration,
+    /// The audit trail keeps at most this many records (and never more than
+    /// `state::audit::MAX_EVENTS`).
+    pub audit_retain_count: Option<usize>,
+    /// The audit trail keeps records this long.
+    pub audit_retain_age: Option<Duration>,
     /// A member NotReady this long (since its last heartbeat) is lost: its work moves.
     pub member_lost_after: Duration,
     /// Workloads moved off lost members, at most this many a second in the whole fleet...
@@ -54,6 +59,8 @@ impl Default for DispatchConfig {
             cycle_interval: Duration::from_millis(500),
             retain_terminal: Duration::from_secs(3600),
             compaction_interval: Duration::from_secs(10),
+            audit_retain_count: None,
+            audit_retain_age: None,
             member_lost_after: Duration::from_secs(60),
             redispatch_per_second: 20.0,
             redispatch_per_member_per_second: 5.0,

@@ -1,6 +1,7 @@
 //! Retention of terminal workloads on the leader: once a finished, failed or cancelled
 //! workload is older than the retention time, the leader proposes to compact it out of the
-//! live state, so memory stays bounded on a federation that runs for months.
+//! live state, so memory stays bounded on a federation that runs for months. The audit
+//! trail is compacted the same way, by the configured count or age of records.
 
 use std::sync::{Arc, RwLock};
 
@@ -60,5 +61,37 @@ pub async fn compaction_loop(
                 break;
             }
         }
+        compact_audit(&data, &proposer, &cfg, &clock).await;
+    }
+}
+
+/// Proposes to drop the audit records past the retention, if there are any.
+async fn compact_audit(
+    data: &Arc<RwLock<StateMachineData>>,
+    proposer: &Proposer,
+    cfg: &DispatchConfig,
+    clock: &SharedClock,
+) {
+    if cfg.audit_retain_count.is_none() && cfg.audit_retain_age.is_none() {
+        return;
+    }
+    let since = cfg
+        .audit_retain_age
+        .and_then(|a| chrono::Duration::from_std(a).ok())
+        .map(|a| clock.now() - a);
+    let cut = match data.read() {
+        Ok(d) => d.state.audit_retention_cut(cfg.audit_retain_count, since),
+        Err(_) => return,
+    };
+    let Some(before_seq) = cut else { return };
+    match proposer
+        .propose(Command::CompactAudit {
+            before_seq,
+            at: clock.now(),
+        })
+        .await
+    {
+        Ok(res) => tracing::debug!(before_seq, ?res, "compacted the audit trail"),
+        Err(e) => tracing::warn!(error = %e, "compaction of the audit trail failed"),
     }
 }

@@ -1,12 +1,14 @@
 //! `POST /v1/apply`: create or replace queues, priority classes and quota schedules from a
-//! document, apply a whole policy bundle, or create or replace a webhook.
+//! document, apply a whole policy bundle, create or replace a webhook; create, replace, list
+//! and delete role bindings.
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use tideway_api::{AnyResource, Validate};
+use tideway_api::list::RoleBindingList;
+use tideway_api::{AnyResource, RoleBinding, Validate};
 
 use super::AppState;
 use super::error::ApiError;
@@ -44,11 +46,15 @@ pub async fn apply(
             webhook: Box::new(w),
             at,
         },
+        AnyResource::RoleBinding(b) => Command::PutRoleBinding {
+            binding: Box::new(b),
+            at,
+        },
         other => {
             return Err(ApiError::field(
                 "kind",
                 format!(
-                    "apply takes Queue, PriorityClass, QuotaSchedule, Policy and Webhook; submit a Workload with `submit`, not {}",
+                    "apply takes Queue, PriorityClass, QuotaSchedule, Policy, Webhook and RoleBinding; submit a Workload with `submit`, not {}",
                     other.kind()
                 ),
             ));
@@ -66,6 +72,7 @@ pub async fn apply(
             StoredObject::QuotaSchedule(s) => Ok(Json(AnyResource::QuotaSchedule(*s))),
             StoredObject::Policy(p) => Ok(Json(AnyResource::Policy(*p))),
             StoredObject::Webhook(w) => Ok(Json(AnyResource::Webhook(*w))),
+            StoredObject::RoleBinding(b) => Ok(Json(AnyResource::RoleBinding(*b))),
             other => Err(ApiError::Internal(format!(
                 "unexpected stored object {other:?}"
             ))),
@@ -76,6 +83,48 @@ pub async fn apply(
         CommandResult::Rejected {
             rejection: Rejection::Busy { reason },
         } => Err(ApiError::Conflict(reason)),
+        other => Err(ApiError::unexpected(other)),
+    }
+}
+
+/// `GET /v1/rolebindings`: every binding, by name.
+pub async fn list_role_bindings(
+    State(st): State<AppState>,
+    params: Result<Query<super::workloads::ReadParams>, QueryRejection>,
+) -> Result<Json<RoleBindingList>, ApiError> {
+    let Query(params) = params.map_err(super::workloads::query_error)?;
+    st.read_barrier(params.stale).await?;
+    let items = st.read(|d| d.state.role_bindings.values().cloned().collect())?;
+    Ok(Json(RoleBindingList::new(items)))
+}
+
+/// `DELETE /v1/rolebindings/{name}`: revoke a binding. An unknown name is a 404 that writes
+/// nothing.
+pub async fn delete_role_binding(
+    State(st): State<AppState>,
+    principal: Option<axum::Extension<tideway_api::auth::Principal>>,
+    Path(name): Path<String>,
+) -> Result<Json<RoleBinding>, ApiError> {
+    st.read_barrier(false).await?;
+    if !st.read(|d| d.state.role_bindings.contains_key(&name))? {
+        return Err(ApiError::NotFound(format!(
+            "role binding '{name}' not found"
+        )));
+    }
+    let actor = principal.map(|axum::Extension(p)| p.subject);
+    let cmd = Command::DeleteRoleBinding {
+        name,
+        at: st.clock.now(),
+    };
+    match st
+        .proposer
+        .propose(Command::by(actor.as_deref(), cmd))
+        .await?
+    {
+        CommandResult::Created {
+            object: StoredObject::RoleBinding(b),
+        } => Ok(Json(*b)),
+        CommandResult::Rejected { rejection } => Err(rejection.into()),
         other => Err(ApiError::unexpected(other)),
     }
 }

@@ -1,5 +1,5 @@
 //! Authentication of API requests: bearer tokens checked against the token file's SHA-256
-//! digests.
+//! digests, or JWTs verified with configured keys ([`super::jwt`]).
 //!
 //! A token is looked up by its digest, so the server never holds a token in memory longer
 //! than the request and never compares secrets byte by byte: the map lookup compares
@@ -58,6 +58,8 @@ pub fn generate_token() -> Result<String, ring::error::Unspecified> {
 /// The known tokens, by digest.
 pub struct Authenticator {
     by_digest: HashMap<String, Principal>,
+    /// Verifies bearer tokens shaped like a JWT, when configured.
+    jwt: Option<super::jwt::JwtVerifier>,
     /// Let requests without a token read (GET/HEAD) as anonymous viewers: `tideway dev` on
     /// loopback, so its dashboard needs no token while every change does.
     anonymous_reads: bool,
@@ -86,8 +88,15 @@ impl Authenticator {
             .collect();
         Self {
             by_digest,
+            jwt: None,
             anonymous_reads: false,
         }
+    }
+
+    /// As [`Authenticator::new`], also accepting JWTs that `jwt` verifies.
+    pub fn with_jwt(mut self, jwt: super::jwt::JwtVerifier) -> Self {
+        self.jwt = Some(jwt);
+        self
     }
 
     /// As [`Authenticator::new`], letting requests without a token read.
@@ -107,9 +116,17 @@ impl Authenticator {
         Ok(Self::new(file))
     }
 
-    /// The principal a bearer token belongs to.
-    pub fn authenticate(&self, token: &str) -> Option<&Principal> {
-        self.by_digest.get(&hash_token(token))
+    /// The principal a bearer token belongs to; `Err` says why there is none.
+    pub fn authenticate(&self, token: &str) -> Result<Principal, String> {
+        if let Some(p) = self.by_digest.get(&hash_token(token)) {
+            return Ok(p.clone());
+        }
+        match &self.jwt {
+            Some(v) if super::jwt::looks_like_jwt(token) => v
+                .verify(token)
+                .map_err(|e| format!("the bearer token is not valid: {e}")),
+            _ => Err("the bearer token is not valid".into()),
+        }
     }
 }
 
@@ -151,11 +168,8 @@ pub async fn authenticate(
         return next.run(req).await;
     }
     let principal = match token {
-        None => Err("this API needs a bearer token (Authorization: Bearer ...)"),
-        Some(t) => auth
-            .authenticate(t)
-            .cloned()
-            .ok_or("the bearer token is not valid"),
+        None => Err("this API needs a bearer token (Authorization: Bearer ...)".to_string()),
+        Some(t) => auth.authenticate(t),
     };
     match principal {
         Ok(p) => {
@@ -168,7 +182,7 @@ pub async fn authenticate(
                 path = %req.uri().path(),
                 "request refused: {why}"
             );
-            let mut resp = ApiError::Unauthenticated(why.to_string()).into_response();
+            let mut resp = ApiError::Unauthenticated(why).into_response();
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"tideway\""),

@@ -1,36 +1,51 @@
 //! Authorization: what an authenticated principal may do, by role.
 //!
-//! Roles come from the principal's groups in the token file (a first step: role bindings in
-//! the replicated state, changed with `tideway apply`, are to replace them):
+//! Authentication (a token file or a JWT) gives a subject and groups; roles come from the
+//! `RoleBinding`s in the replicated state (changed with `tideway apply`, admin only), plus
+//! these built-in bindings, so that a token file works without any binding applied (and
+//! `tideway dev` and old token files keep their meaning):
 //!
 //! | group | role |
 //! |---|---|
-//! | `system:admins` | admin: everything, including policy (`apply`), cluster membership and snapshots |
-//! | `system:operators` | operator: read everything, cancel any workload |
+//! | `system:admins` | admin: everything, including policy (`apply`), bindings, cluster membership and snapshots |
+//! | `system:operators` | operator: read everything, cancel any workload, cordon/drain members |
 //! | `system:submitters` | submitter to every queue |
-//! | `queue:NAME` | submitter to queue NAME (and cancel of its own workloads) |
-//! | `system:viewers`, or none of these | viewer: read only |
+//! | `queue:NAME` | submitter to queue NAME |
+//! | `system:viewers` | viewer: read everything |
+//!
+//! A principal bound to no role may do nothing (403), whatever its credential says: a valid
+//! JWT from the organization's identity provider is not by itself a grant. A submitter reads
+//! only the workloads (and their audit records) of its own queues; another tenant's workload
+//! is answered 404, as if it did not exist, so names do not leak across tenants.
 //!
 //! A subject `agent:CLUSTER` is the member agent of CLUSTER: it may register that cluster,
 //! heartbeat, read its assignments and report its status, and nothing else. The route
-//! check here runs before any handler; what depends on the body (the queue of a submission,
-//! the owner of a cancelled workload, the cluster a registration names) is checked by the
-//! handler with [`Access`]. Every refusal is a 403 that writes nothing, and is logged with
-//! the subject and the route.
+//! check here runs before any handler and hands the resolved [`Access`] to the handlers in
+//! the request's extensions; what depends on the body (the queue of a submission, the owner
+//! of a cancelled workload, the cluster a registration names) is checked by the handler.
+//! Every refusal is a 403 that writes nothing, and is logged with the subject and the route.
 
-use axum::extract::Request;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tideway_api::Role;
 use tideway_api::auth::Principal;
+use tideway_api::role_binding::ALL_QUEUES;
 
 use super::error::ApiError;
+use crate::raft::state_machine::StateMachineData;
+use crate::state::FederationState;
 
-/// What a principal's groups grant.
+/// What a principal's bindings grant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Access {
     pub admin: bool,
     pub operator: bool,
+    /// Reads everything (a viewer, or any role above a scoped submitter).
+    pub viewer: bool,
     /// Submitter to every queue.
     pub all_queues: bool,
     /// Submitter to these queues.
@@ -40,20 +55,67 @@ pub struct Access {
 }
 
 impl Access {
+    /// What the built-in bindings (the groups in the table above) grant.
     pub fn of(p: &Principal) -> Self {
-        let has = |g: &str| p.groups.iter().any(|x| x == g);
-        Self {
-            admin: has("system:admins"),
-            operator: has("system:operators"),
-            all_queues: has("system:submitters"),
-            queues: p
-                .groups
-                .iter()
-                .filter_map(|g| g.strip_prefix("queue:"))
-                .map(str::to_string)
-                .collect(),
+        let mut a = Self {
             agent_of: p.subject.strip_prefix("agent:").map(str::to_string),
+            ..Self::default()
+        };
+        for g in &p.groups {
+            match g.as_str() {
+                "system:admins" => a.grant(Role::Admin, &[]),
+                "system:operators" => a.grant(Role::Operator, &[]),
+                "system:submitters" => a.grant(Role::Submitter, &[ALL_QUEUES.to_string()]),
+                "system:viewers" => a.grant(Role::Viewer, &[]),
+                other => {
+                    if let Some(q) = other.strip_prefix("queue:") {
+                        a.grant(Role::Submitter, &[q.to_string()]);
+                    }
+                }
+            }
         }
+        a
+    }
+
+    /// The built-in bindings and those of `state` that apply to `p`.
+    pub fn resolve(p: &Principal, state: &FederationState) -> Self {
+        let mut a = Self::of(p);
+        for b in state.bindings_of(&p.subject, &p.groups) {
+            a.grant(b.spec.role, &b.spec.queues);
+        }
+        a
+    }
+
+    fn grant(&mut self, role: Role, queues: &[String]) {
+        match role {
+            Role::Admin => self.admin = true,
+            Role::Operator => self.operator = true,
+            Role::Viewer => self.viewer = true,
+            Role::Submitter => {
+                for q in queues {
+                    if q == ALL_QUEUES {
+                        self.all_queues = true;
+                    } else if !self.queues.contains(q) {
+                        self.queues.push(q.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether any role at all is bound.
+    fn any_role(&self) -> bool {
+        self.admin || self.operator || self.viewer || self.submitter()
+    }
+
+    /// Reads every queue's workloads.
+    pub fn reads_all(&self) -> bool {
+        self.admin || self.operator || self.viewer || self.all_queues
+    }
+
+    /// May read the workloads (and their audit records) of `queue`.
+    pub fn may_read_queue(&self, queue: &str) -> bool {
+        self.reads_all() || self.queues.iter().any(|q| q == queue)
     }
 
     fn submitter(&self) -> bool {
@@ -112,7 +174,13 @@ impl Access {
         if self.agent_of.is_some() {
             return Err("an agent credential serves its own cluster's agent protocol only".into());
         }
+        if !self.any_role() {
+            return Err("no role is bound to this subject or its groups".into());
+        }
         match (method, segs.as_slice()) {
+            (&Method::GET | &Method::HEAD, ["v1", "rolebindings", ..]) if !self.reads_all() => {
+                Err("reading role bindings needs the viewer role or above".into())
+            }
             (&Method::GET | &Method::HEAD, _) => Ok(()),
             (&Method::POST, ["v1", "workloads"]) if self.submitter() => Ok(()),
             (&Method::POST, ["v1", "workloads"]) => {
@@ -126,14 +194,26 @@ impl Access {
     }
 }
 
-/// The middleware: refuses a route the principal's roles do not open, before any handler.
-/// Without a principal (an anonymous, loopback-only server) everything is open.
-pub async fn authorize(req: Request, next: Next) -> Response {
-    let Some(p) = req.extensions().get::<Principal>() else {
+/// The middleware: refuses a route the principal's roles do not open, before any handler,
+/// and passes the resolved [`Access`] on to the handlers. Without a principal (an anonymous,
+/// loopback-only server, or a token-less read on `tideway dev`) everything is open.
+pub async fn authorize(
+    State(data): State<Arc<RwLock<StateMachineData>>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(p) = req.extensions().get::<Principal>().cloned() else {
         return next.run(req).await;
     };
-    match Access::of(p).route(req.method(), req.uri().path()) {
-        Ok(()) => next.run(req).await,
+    let access = match data.read() {
+        Ok(d) => Access::resolve(&p, &d.state),
+        Err(_) => return ApiError::Internal("state lock poisoned".into()).into_response(),
+    };
+    match access.route(req.method(), req.uri().path()) {
+        Ok(()) => {
+            req.extensions_mut().insert(access);
+            next.run(req).await
+        }
         Err(why) => {
             tracing::warn!(
                 subject = %p.subject,
@@ -144,6 +224,12 @@ pub async fn authorize(req: Request, next: Next) -> Response {
             ApiError::Forbidden(why).into_response()
         }
     }
+}
+
+/// Whether the caller may read workloads of `queue`: with no [`Access`] (an anonymous
+/// server) everything is readable.
+pub fn readable(access: Option<&Access>, queue: &str) -> bool {
+    access.is_none_or(|a| a.may_read_queue(queue))
 }
 
 /// A handler's check of what depends on the request's content.
@@ -168,7 +254,8 @@ mod tests {
         let admin = who("root", &["system:admins"]);
         let op = who("olga", &["system:operators"]);
         let sub = who("alice", &["queue:research"]);
-        let viewer = who("vic", &[]);
+        let viewer = who("vic", &["system:viewers"]);
+        let nobody = who("nobody", &["some-idp-group"]);
         let agent = who("agent:sim-eu", &[]);
         let post = Method::POST;
         let get = Method::GET;
@@ -181,6 +268,14 @@ mod tests {
             agent.route(&get, "/v1/workloads").is_err(),
             "agents read no tenant data"
         );
+        assert!(
+            nobody.route(&get, "/v1/workloads").is_err(),
+            "a credential without a binding grants nothing"
+        );
+        assert!(admin.route(&get, "/v1/rolebindings").is_ok());
+        assert!(viewer.route(&get, "/v1/rolebindings").is_ok());
+        assert!(sub.route(&get, "/v1/rolebindings").is_err());
+        assert!(op.route(&del, "/v1/rolebindings/x").is_err());
         assert!(sub.route(&post, "/v1/workloads").is_ok());
         assert!(viewer.route(&post, "/v1/workloads").is_err());
         assert!(op.route(&post, "/v1/workloads").is_err());
@@ -223,5 +318,44 @@ mod tests {
         assert!(!sub.may_cancel("alice", Some("bob")));
         assert!(who("olga", &["system:operators"]).may_cancel("olga", Some("bob")));
         assert!(who("all", &["system:submitters"]).may_submit_to("prod"));
+    }
+
+    #[test]
+    fn bindings_in_the_state_add_roles_to_the_built_in_ones() {
+        use tideway_api::{RoleBinding, RoleBindingSpec};
+        let mut state = FederationState::default();
+        let bind = |name: &str, role, subjects: &[&str], groups: &[&str], queues: &[&str]| {
+            RoleBinding::new(
+                name,
+                RoleBindingSpec {
+                    role,
+                    subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                    groups: groups.iter().map(|s| s.to_string()).collect(),
+                    queues: queues.iter().map(|s| s.to_string()).collect(),
+                },
+            )
+        };
+        for b in [
+            bind("ml", Role::Submitter, &[], &["ml"], &["research", "eval"]),
+            bind("olga", Role::Operator, &["olga"], &[], &[]),
+            bind("audit", Role::Viewer, &[], &["auditors"], &[]),
+        ] {
+            state.role_bindings.insert(b.metadata.name.clone(), b);
+        }
+        let p = |subject: &str, groups: &[&str]| Principal {
+            subject: subject.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        let bob = Access::resolve(&p("bob", &["ml", "queue:sandbox"]), &state);
+        assert_eq!(bob.queues, vec!["sandbox", "research", "eval"]);
+        assert!(bob.may_read_queue("research") && !bob.may_read_queue("prod"));
+        assert!(!bob.reads_all());
+        let olga = Access::resolve(&p("olga", &[]), &state);
+        assert!(olga.operator && olga.reads_all());
+        let eve = Access::resolve(&p("eve", &["auditors"]), &state);
+        assert!(eve.route(&Method::GET, "/v1/workloads").is_ok());
+        assert!(eve.route(&Method::POST, "/v1/workloads").is_err());
+        let stranger = Access::resolve(&p("stranger", &["ml-other"]), &state);
+        assert!(stranger.route(&Method::GET, "/v1/workloads").is_err());
     }
 }

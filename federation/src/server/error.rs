@@ -36,6 +36,12 @@ pub enum ApiError {
     KeyReused { key: String, workload: String },
     #[error("internal error: {0}")]
     Internal(String),
+    /// The caller's request budget is spent; it may retry after this many seconds.
+    #[error("'{subject}' sent more requests than its rate limit allows; retry in {retry_after} s")]
+    TooManyRequests { subject: String, retry_after: u64 },
+    /// The request did not finish within the server's bound.
+    #[error("the request did not finish within {0} ms")]
+    Timeout(u64),
 }
 
 /// The one mapping from what the leader answered to an HTTP error.
@@ -109,6 +115,8 @@ impl ApiError {
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -151,6 +159,8 @@ impl ApiError {
                 )],
             ),
             ApiError::Internal(_) => ("internal", "Internal error", vec![]),
+            ApiError::TooManyRequests { .. } => ("rate-limited", "Too many requests", vec![]),
+            ApiError::Timeout(_) => ("timeout", "The request took too long", vec![]),
         };
         let detail = match self {
             ApiError::Invalid(errs) => errs
@@ -194,6 +204,11 @@ impl IntoResponse for ApiError {
         if matches!(self, ApiError::Unavailable(_)) {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let ApiError::TooManyRequests { retry_after, .. } = &self
+            && let Ok(v) = HeaderValue::from_str(&retry_after.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
     }

@@ -1,13 +1,14 @@
 //! `GET /v1/events`: the audit trail, filtered.
 
-use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tideway_api::audit::{AuditEventList, AuditKind};
 
 use super::AppState;
+use super::authz::Access;
 use super::error::ApiError;
 use super::workloads::query_error;
 
@@ -29,8 +30,24 @@ pub struct EventParams {
     pub stale: bool,
 }
 
+/// A scoped submitter sees the records of its own queues' workloads and the records that
+/// concern no workload (policy, members); a record about a workload whose queue it may not
+/// read, or whose queue the record does not name, is left out.
+fn tenant_may_see(access: Option<&Access>, e: &tideway_api::audit::AuditEvent) -> bool {
+    match access {
+        None => true,
+        Some(a) if a.reads_all() => true,
+        Some(a) => match (&e.workload, &e.queue) {
+            (None, _) => true,
+            (Some(_), Some(q)) => a.may_read_queue(q),
+            (Some(_), None) => false,
+        },
+    }
+}
+
 pub async fn list(
     State(st): State<AppState>,
+    access: Option<Extension<Access>>,
     params: Result<Query<EventParams>, QueryRejection>,
 ) -> Result<Json<AuditEventList>, ApiError> {
     let Query(p) = params.map_err(query_error)?;
@@ -58,6 +75,7 @@ pub async fn list(
             format!("must be between 1 and {MAX_EVENTS_PAGE}"),
         ));
     }
+    let access = access.map(|Extension(a)| a);
     st.read_barrier(p.stale).await?;
     let items = st.read(|d| {
         d.state
@@ -69,6 +87,7 @@ pub async fn list(
             .filter(|e| kind.is_none_or(|k| e.kind == k))
             .filter(|e| p.workload.is_none() || e.workload == p.workload)
             .filter(|e| p.queue.is_none() || e.queue == p.queue)
+            .filter(|e| tenant_may_see(access.as_ref(), e))
             .take(limit)
             .cloned()
             .collect()

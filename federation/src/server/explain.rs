@@ -4,20 +4,33 @@
 //! decision for the workload (per-cluster breakdown and what would unblock it) next to the
 //! replicated pending reason. A follower asks the leader.
 
-use axum::Json;
 use axum::extract::{Path, State};
+use axum::{Extension, Json};
 use tideway_api::WorkloadPhase;
 use tideway_api::explain::ExplainResponse;
 
 use super::AppState;
+use super::authz::Access;
 use super::error::ApiError;
 use crate::propose::forward::ExplainForward;
 use tideway_scheduler::Decision;
 
 pub async fn explain(
     State(st): State<AppState>,
+    access: Option<Extension<Access>>,
     Path(id): Path<String>,
 ) -> Result<Json<ExplainResponse>, ApiError> {
+    // Another tenant's workload is not found, here as in `get`; checked on this node after a
+    // linearizable read, since the leader answering the forwarded request knows no caller.
+    if let Some(Extension(a)) = access
+        && !a.reads_all()
+    {
+        st.read_barrier(false).await?;
+        let queue = st.read(|d| d.state.workload(&id).map(|w| w.spec.queue.clone()))?;
+        if !queue.is_some_and(|q| a.may_read_queue(&q)) {
+            return Err(super::workloads::not_found(&id));
+        }
+    }
     let resp = match st.forwarder.remote_leader().await? {
         Some(leader) => {
             let req = ExplainForward { workload: id };

@@ -9,13 +9,16 @@ pub mod error;
 pub mod events;
 pub mod explain;
 pub mod internal;
+pub mod jwt;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
 pub mod policy;
+pub mod rate_limit;
 pub mod schedules;
 pub mod ui;
 pub mod usage;
+pub mod watch;
 pub mod webhooks;
 pub mod workloads;
 
@@ -48,14 +51,27 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub struct Limits {
     /// `spec.template`, encoded as JSON, at most this many bytes.
     pub max_template_bytes: usize,
+    /// Requests per second each authenticated subject may send, sustained; 0 turns the
+    /// limit off.
+    pub rate_per_second: f64,
+    /// Requests a subject may send at once before the sustained rate applies.
+    pub rate_burst: u32,
+    /// The longest a request (other than a watch) may take; zero for no bound.
+    pub request_timeout: Duration,
 }
 
 pub const DEFAULT_MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+pub const DEFAULT_RATE_PER_SECOND: f64 = 100.0;
+pub const DEFAULT_RATE_BURST: u32 = 200;
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_template_bytes: DEFAULT_MAX_TEMPLATE_BYTES,
+            rate_per_second: DEFAULT_RATE_PER_SECOND,
+            rate_burst: DEFAULT_RATE_BURST,
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
         }
     }
 }
@@ -128,6 +144,12 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    let limiter = rate_limit::RateLimiter::new(
+        state.limits.rate_per_second,
+        state.limits.rate_burst,
+        state.clock.clone(),
+    )
+    .map(Arc::new);
     let api = Router::new()
         .route(
             "/v1/workloads",
@@ -147,6 +169,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/policy/widen", post(policy::widen))
         .route("/v1/policy/diff", post(policy::diff))
         .route("/v1/policy/dry-run", post(policy::dry_run))
+        .route("/v1/rolebindings", get(apply::list_role_bindings))
+        .route(
+            "/v1/rolebindings/{name}",
+            delete(apply::delete_role_binding),
+        )
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/schedules", get(schedules::list))
         .route("/v1/schedules/{name}/timeline", get(schedules::timeline))
@@ -185,10 +212,22 @@ pub fn router(state: AppState) -> Router {
     // method with problem+json (axum still adds the `Allow` header).
     api.merge(crate::raft::transport::router(state.raft.clone()))
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        // Layers run outside in: authenticate (the last added), then authorize.
-        .layer(axum::middleware::from_fn(authz::authorize))
+        // Layers run outside in: the time bound (the last added), authenticate, the rate
+        // limit (keyed on the authenticated subject), then authorize.
+        .layer(axum::middleware::from_fn_with_state(
+            state.data.clone(),
+            authz::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            limiter,
+            rate_limit::limit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             auth::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.limits.request_timeout,
+            rate_limit::bound_time,
         ))
 }

@@ -88,6 +88,7 @@ fn check_template(w: &Workload, max: usize) -> Result<(), ApiError> {
 pub async fn submit(
     State(st): State<AppState>,
     principal: Option<Extension<Principal>>,
+    access: Option<Extension<Access>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -99,7 +100,8 @@ pub async fn submit(
     // queue the caller may submit to.
     let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
     if let Some(Extension(p)) = principal {
-        if !Access::of(&p).may_submit_to(&w.spec.queue) {
+        let allowed = access.is_some_and(|Extension(a)| a.may_submit_to(&w.spec.queue));
+        if !allowed {
             return Err(authz::deny(
                 &p,
                 format!("'{}' may not submit to queue '{}'", p.subject, w.spec.queue),
@@ -203,17 +205,90 @@ pub(crate) fn query_error(e: QueryRejection) -> ApiError {
     ApiError::field(&format!("query:{field}"), text)
 }
 
+/// The answer for a workload that does not exist, or that the caller may not read: the
+/// same 404, so a submitter cannot learn another tenant's workload names by probing.
+pub fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("workload '{id}' not found"))
+}
+
+/// The query of `GET /v1/workloads/{id}`: a read, or a watch of the one workload.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GetParams {
+    #[serde(default)]
+    pub stale: bool,
+    #[serde(default)]
+    pub watch: bool,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Option<u64>,
+    #[serde(rename = "timeoutSeconds")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// `watch=true&resourceVersion=N&timeoutSeconds=T`: long-poll the changes after N. (Fields
+/// repeated in each query type rather than flattened: serde's flatten loses the types of
+/// URL-encoded values.)
+#[derive(Debug, Default)]
+pub struct WatchParams {
+    pub watch: bool,
+    pub resource_version: Option<u64>,
+    pub timeout_seconds: Option<u64>,
+}
+
+impl WatchParams {
+    async fn serve(
+        &self,
+        st: &AppState,
+        access: Option<&Access>,
+        scope: super::watch::WatchScope,
+    ) -> Result<Response, ApiError> {
+        let wait = self
+            .timeout_seconds
+            .unwrap_or(super::watch::DEFAULT_WAIT_SECS);
+        if wait > super::watch::MAX_WAIT_SECS {
+            return Err(ApiError::field(
+                "query:timeoutSeconds",
+                format!("must be at most {}", super::watch::MAX_WAIT_SECS),
+            ));
+        }
+        let page = super::watch::watch(
+            st,
+            access,
+            &scope,
+            self.resource_version.unwrap_or(0),
+            std::time::Duration::from_secs(wait),
+        )
+        .await?;
+        Ok(Json(page).into_response())
+    }
+}
+
 pub async fn get_one(
     State(st): State<AppState>,
+    access: Option<Extension<Access>>,
     Path(id): Path<String>,
-    params: Result<Query<ReadParams>, QueryRejection>,
+    params: Result<Query<GetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(query_error)?;
+    if params.watch {
+        let access = access.map(|Extension(a)| a);
+        let scope = super::watch::WatchScope {
+            name: Some(id),
+            queue: None,
+        };
+        let w = WatchParams {
+            watch: true,
+            resource_version: params.resource_version,
+            timeout_seconds: params.timeout_seconds,
+        };
+        return w.serve(&st, access.as_ref(), scope).await;
+    }
     st.read_barrier(params.stale).await?;
     let w = st.read(|d| d.state.workload(&id).cloned())?;
+    let access = access.map(|Extension(a)| a);
     match w {
-        Some(w) => Ok(Json(w).into_response()),
-        None => Err(ApiError::NotFound(format!("workload '{id}' not found"))),
+        Some(w) if authz::readable(access.as_ref(), &w.spec.queue) => Ok(Json(w).into_response()),
+        _ => Err(not_found(&id)),
     }
 }
 
@@ -222,14 +297,26 @@ pub async fn get_one(
 pub async fn cancel(
     State(st): State<AppState>,
     principal: Option<Extension<Principal>>,
+    access: Option<Extension<Access>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
     if let Some(Extension(p)) = principal {
-        // The owner never changes, so this node's copy is good enough to decide on.
-        let owner = st.read(|d| d.state.workload(&id).map(|w| w.spec.user.clone()))?;
-        if let Some(owner) = owner
-            && !Access::of(&p).may_cancel(&p.subject, owner.as_deref())
+        let access = access.map(|Extension(a)| a).unwrap_or_default();
+        // The owner and the queue never change, so this node's copy is good enough to decide
+        // on.
+        let found = st.read(|d| {
+            d.state
+                .workload(&id)
+                .map(|w| (w.spec.user.clone(), w.spec.queue.clone()))
+        })?;
+        if let Some((_, queue)) = &found
+            && !access.may_read_queue(queue)
+        {
+            return Err(not_found(&id));
+        }
+        if let Some((owner, _)) = found
+            && !access.may_cancel(&p.subject, owner.as_deref())
         {
             return Err(authz::deny(
                 &p,
@@ -280,6 +367,12 @@ pub struct ListParams {
     pub after: Option<u64>,
     #[serde(default)]
     pub stale: bool,
+    #[serde(default)]
+    pub watch: bool,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Option<u64>,
+    #[serde(rename = "timeoutSeconds")]
+    pub timeout_seconds: Option<u64>,
 }
 
 pub const DEFAULT_PAGE: usize = 100;
@@ -292,9 +385,23 @@ fn parse_phase(s: &str) -> Result<WorkloadPhase, ApiError> {
 
 pub async fn list(
     State(st): State<AppState>,
+    access: Option<Extension<Access>>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let access = access.map(|Extension(a)| a);
     let Query(p) = params.map_err(query_error)?;
+    if p.watch {
+        let scope = super::watch::WatchScope {
+            name: None,
+            queue: p.queue.clone(),
+        };
+        let w = WatchParams {
+            watch: true,
+            resource_version: p.resource_version,
+            timeout_seconds: p.timeout_seconds,
+        };
+        return w.serve(&st, access.as_ref(), scope).await;
+    }
     let limit = p.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::field(
@@ -313,7 +420,9 @@ pub async fn list(
             let Some(w) = d.state.workloads.get(name) else {
                 continue;
             };
-            if p.queue.as_ref().is_some_and(|q| &w.spec.queue != q) {
+            if p.queue.as_ref().is_some_and(|q| &w.spec.queue != q)
+                || !authz::readable(access.as_ref(), &w.spec.queue)
+            {
                 continue;
             }
             if let Some(ph) = &phase

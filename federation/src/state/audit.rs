@@ -61,6 +61,13 @@ pub(super) enum Hint {
     Compact {
         names: Vec<String>,
     },
+    Binding {
+        name: String,
+        deleted: bool,
+    },
+    AuditCompacted {
+        before_seq: u64,
+    },
     Quiet,
 }
 
@@ -168,6 +175,26 @@ impl Hint {
             Command::CompactWorkloads { names, .. } => (
                 Hint::Compact {
                     names: names.clone(),
+                },
+                LEADER.into(),
+            ),
+            Command::PutRoleBinding { binding, .. } => (
+                Hint::Binding {
+                    name: binding.metadata.name.clone(),
+                    deleted: false,
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::DeleteRoleBinding { name, .. } => (
+                Hint::Binding {
+                    name: name.clone(),
+                    deleted: true,
+                },
+                ANONYMOUS.into(),
+            ),
+            Command::CompactAudit { before_seq, .. } => (
+                Hint::AuditCompacted {
+                    before_seq: *before_seq,
                 },
                 LEADER.into(),
             ),
@@ -286,6 +313,46 @@ impl FederationState {
                         st.version,
                         st.rolled_back_to.unwrap_or_default(),
                         st.message.map(|m| format!(": {m}")).unwrap_or_default()
+                    ),
+                });
+            }
+            (Hint::Binding { name, deleted }, CommandResult::Created { .. }) => {
+                let evidence = match self.role_bindings.get(&name) {
+                    Some(b) if !deleted => {
+                        let scope = if b.spec.queues.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" in queues [{}]", b.spec.queues.join(", "))
+                        };
+                        format!(
+                            "role binding '{name}': {}{scope} for subjects [{}] and groups [{}]",
+                            b.spec.role.as_str(),
+                            b.spec.subjects.join(", "),
+                            b.spec.groups.join(", ")
+                        )
+                    }
+                    _ => format!("role binding '{name}' deleted"),
+                };
+                recs.push(Rec {
+                    version: None,
+                    kind: AuditKind::AccessChanged,
+                    workload: None,
+                    queue: None,
+                    cluster: None,
+                    evidence,
+                });
+            }
+            (Hint::AuditCompacted { before_seq }, CommandResult::Updated { count })
+                if *count > 0 =>
+            {
+                recs.push(Rec {
+                    version: None,
+                    kind: AuditKind::Compacted,
+                    workload: None,
+                    queue: None,
+                    cluster: None,
+                    evidence: format!(
+                        "audit retention: {count} records numbered below {before_seq} dropped"
                     ),
                 });
             }
@@ -439,6 +506,52 @@ impl FederationState {
     }
 }
 
+impl FederationState {
+    /// Drops the records numbered below `before_seq`; answers how many went.
+    pub(super) fn compact_audit(&mut self, before_seq: u64) -> CommandResult {
+        let mut count = 0u32;
+        while self
+            .audit
+            .events
+            .front()
+            .is_some_and(|e| e.seq < before_seq)
+        {
+            self.audit.events.pop_front();
+            count += 1;
+        }
+        CommandResult::Updated { count }
+    }
+
+    /// The first record to keep under a retention of at most `count` records and records
+    /// no older than `since`; `None` when nothing is to be dropped. The count leaves room for
+    /// the record of the compaction itself, so a trail at its limit stays there instead of
+    /// being compacted again on every pass.
+    pub fn audit_retention_cut(
+        &self,
+        count: Option<usize>,
+        since: Option<DateTime<Utc>>,
+    ) -> Option<u64> {
+        let events = &self.audit.events;
+        let first = events.front()?.seq;
+        let by_count = count.filter(|c| events.len() > *c).map(|c| {
+            events
+                .get(events.len() + 1 - c.max(1))
+                .map_or(self.audit.next_seq, |e| e.seq)
+        });
+        let by_age = since.map(|t| {
+            events
+                .iter()
+                .find(|e| e.at >= t)
+                .map_or(self.audit.next_seq, |e| e.seq)
+        });
+        by_count
+            .into_iter()
+            .chain(by_age)
+            .max()
+            .filter(|cut| *cut > first)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -578,6 +691,55 @@ mod tests {
         assert!(
             !s.workloads.contains_key("job"),
             "compacted, its records stay"
+        );
+
+        // Retention: by count keeps the newest N; by age keeps those at or after the time.
+        let n = s.audit.events.len();
+        assert_eq!(
+            s.audit_retention_cut(Some(n), None),
+            None,
+            "nothing to drop"
+        );
+        let cut = s.audit_retention_cut(Some(2), None).expect("a cut");
+        assert_eq!(
+            cut,
+            s.audit.events[n - 1].seq,
+            "one kept, one for the compaction"
+        );
+        let by_age = s.audit_retention_cut(None, Some(t(3))).expect("a cut");
+        assert_eq!(
+            by_age,
+            s.audit
+                .events
+                .iter()
+                .find(|e| e.at >= t(3))
+                .expect("one")
+                .seq
+        );
+        assert_eq!(
+            s.audit_retention_cut(Some(2), Some(t(3))),
+            Some(cut.max(by_age))
+        );
+        s.apply(
+            10,
+            Command::CompactAudit {
+                before_seq: cut,
+                at: t(101),
+            },
+        );
+        let kinds: Vec<AuditKind> = s.audit.events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds.len(), 2, "one kept and the record of the compaction");
+        assert_eq!(kinds[1], AuditKind::Compacted);
+        assert!(
+            s.audit.events[1].evidence.contains("dropped"),
+            "{:?}",
+            s.audit.events[1]
+        );
+        assert_eq!(s.audit.events[0].seq, cut);
+        assert_eq!(
+            s.audit_retention_cut(Some(2), None),
+            None,
+            "stable at the limit"
         );
     }
 }

@@ -9,7 +9,7 @@ use tideway_api::agent::LocalStatus;
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{
     ClusterName, FieldError, MemberCluster, MemberPhase, Policy, PriorityClass, Queue,
-    QuotaSchedule, Workload, WorkloadName, WorkloadPhase,
+    QuotaSchedule, RoleBinding, Workload, WorkloadName, WorkloadPhase,
 };
 
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
@@ -196,6 +196,16 @@ pub enum Command {
         before: DateTime<Utc>,
         at: DateTime<Utc>,
     },
+    /// Create or replace a role binding.
+    PutRoleBinding {
+        binding: Box<RoleBinding>,
+        at: DateTime<Utc>,
+    },
+    /// Delete a role binding by name.
+    DeleteRoleBinding { name: String, at: DateTime<Utc> },
+    /// Drop the audit records numbered below `before_seq` (chosen by the leader from its
+    /// audit retention setting).
+    CompactAudit { before_seq: u64, at: DateTime<Utc> },
 }
 
 impl Command {
@@ -258,6 +268,7 @@ pub enum StoredObject {
     QuotaSchedule(Box<QuotaSchedule>),
     Webhook(Box<tideway_api::webhook::Webhook>),
     Policy(Box<Policy>),
+    RoleBinding(Box<RoleBinding>),
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! Apply is a pure function of (state, log index, command): no clock, no randomness, no I/O,
 //! so every node that applies the same log holds the same bytes.
 
+pub mod access;
 pub mod audit;
 pub mod bootstrap;
 pub mod command;
@@ -19,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::{FieldError, PriorityClass, Queue, Workload};
+use tideway_api::{FieldError, PriorityClass, Queue, RoleBinding, Workload};
 
 use self::command::{Command, CommandResult, Rejection, StoredObject};
 
@@ -78,6 +79,9 @@ pub struct FederationState {
     /// Policy versions, and the rollout in progress.
     #[serde(default)]
     pub policy: policy::PolicyStore,
+    /// Who holds which role, by binding name.
+    #[serde(default)]
+    pub role_bindings: BTreeMap<String, RoleBinding>,
 }
 
 impl Default for FederationState {
@@ -107,6 +111,7 @@ impl Default for FederationState {
             usage: Default::default(),
             webhooks: BTreeMap::new(),
             policy: Default::default(),
+            role_bindings: BTreeMap::new(),
         }
     }
 }
@@ -372,6 +377,18 @@ impl FederationState {
             Command::CompactWorkloads { names, before, at } => {
                 self.tick(at);
                 self.compact(&names, before)
+            }
+            Command::PutRoleBinding { binding, at } => {
+                self.tick(at);
+                self.put_role_binding(*binding, at, index)
+            }
+            Command::DeleteRoleBinding { name, at } => {
+                self.tick(at);
+                self.delete_role_binding(&name)
+            }
+            Command::CompactAudit { before_seq, at } => {
+                self.tick(at);
+                self.compact_audit(before_seq)
             }
         }
     }

@@ -1,0 +1,160 @@
+//! Watch of workloads as a long-poll from a resource version (a log index).
+//!
+//! Every change of a workload sets its `metadata.resourceVersion` to the index of the entry
+//! that made it, so "what changed after N" is the workloads whose version is above N, and
+//! the workloads compacted after N are the `Compacted` audit records above N. An answer
+//! reflects this node's state at some applied index A and says `resourceVersion: A` (or less,
+//! when the page is cut), so the next call from there misses nothing; a node that has not
+//! applied N yet first waits until it has, so resuming on another node is safe too.
+//!
+//! Long-poll rather than server-sent events: each answer is one ordinary JSON document that
+//! any HTTP client, proxy and the typed client handle, and resuming after a disconnect is the
+//! same call as the next poll. A client that watches keeps one request open per poll; the
+//! wait is bounded (`timeoutSeconds`, at most [`MAX_WAIT_SECS`]).
+
+use std::time::Duration;
+
+use tideway_api::audit::AuditKind;
+use tideway_api::watch::{WatchEvent, WatchEventType, WatchPage};
+
+use super::AppState;
+use super::authz::{self, Access};
+use super::error::ApiError;
+
+/// The longest one watch call waits for a change.
+pub const MAX_WAIT_SECS: u64 = 60;
+/// The default wait.
+pub const DEFAULT_WAIT_SECS: u64 = 30;
+/// At most this many events per answer (more in one log entry are never split).
+pub const MAX_EVENTS: usize = 1000;
+
+/// What a watch looks at.
+#[derive(Debug, Clone, Default)]
+pub struct WatchScope {
+    /// One workload, by name or UID.
+    pub name: Option<String>,
+    /// The workloads of one queue.
+    pub queue: Option<String>,
+}
+
+/// The changes after `from` in scope, as this node holds them.
+fn changes(
+    st: &AppState,
+    access: Option<&Access>,
+    scope: &WatchScope,
+    from: u64,
+) -> Result<(Vec<WatchEvent>, u64), ApiError> {
+    st.read(|d| {
+        let applied = d.last_applied.map(|l| l.index()).unwrap_or(0);
+        let state = &d.state;
+        let name = scope
+            .name
+            .as_deref()
+            .map(|id| state.workload(id).map_or(id, |w| w.metadata.name.as_str()));
+        let added: std::collections::BTreeSet<&str> = state
+            .audit
+            .events
+            .iter()
+            .rev()
+            .take_while(|e| e.index > from)
+            .filter(|e| e.kind == AuditKind::Submitted)
+            .filter_map(|e| e.workload.as_deref())
+            .collect();
+        let mut items: Vec<WatchEvent> = Vec::new();
+        let in_scope = |n: &str, queue: Option<&str>| {
+            name.is_none_or(|x| x == n)
+                && scope.queue.as_deref().is_none_or(|q| Some(q) == queue)
+                && queue.is_some_and(|q| authz::readable(access, q))
+        };
+        for (n, w) in &state.workloads {
+            let rv = w.metadata.resource_version.unwrap_or(0);
+            if rv <= from || !in_scope(n, Some(&w.spec.queue)) {
+                continue;
+            }
+            let kind = if from == 0 || added.contains(n.as_str()) {
+                WatchEventType::Added
+            } else {
+                WatchEventType::Modified
+            };
+            items.push(WatchEvent {
+                kind,
+                name: n.clone(),
+                resource_version: rv,
+                object: Some(w.clone()),
+            });
+        }
+        for e in state
+            .audit
+            .events
+            .iter()
+            .rev()
+            .take_while(|e| e.index > from)
+        {
+            if e.kind != AuditKind::Compacted {
+                continue;
+            }
+            let Some(n) = &e.workload else { continue };
+            // A compacted record names no queue; only a caller who reads every queue sees it,
+            // or the watcher of that one name (who saw it before).
+            let visible = access.is_none_or(Access::reads_all) || name == Some(n.as_str());
+            if visible && name.is_none_or(|x| x == n) && scope.queue.is_none() {
+                items.push(WatchEvent {
+                    kind: WatchEventType::Deleted,
+                    name: n.clone(),
+                    resource_version: e.index,
+                    object: None,
+                });
+            }
+        }
+        items.sort_by(|a, b| {
+            a.resource_version
+                .cmp(&b.resource_version)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut version = applied.max(from);
+        if items.len() > MAX_EVENTS {
+            let cut = items[MAX_EVENTS - 1].resource_version;
+            items.retain(|e| e.resource_version <= cut);
+            version = cut;
+        }
+        (items, version)
+    })
+}
+
+/// Answers the changes after `from`, waiting up to `wait` for the first.
+pub async fn watch(
+    st: &AppState,
+    access: Option<&Access>,
+    scope: &WatchScope,
+    from: u64,
+    wait: Duration,
+) -> Result<WatchPage, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait.min(Duration::from_secs(MAX_WAIT_SECS));
+    // A version this node has not applied yet (the client watched another node): catch up
+    // first, or the answer would claim a version it does not reflect.
+    let applied = st.read(|d| d.last_applied.map(|l| l.index()).unwrap_or(0))?;
+    if applied < from {
+        st.raft
+            .wait(Some(deadline - tokio::time::Instant::now()))
+            .applied_index_at_least(Some(from), "watch catch-up")
+            .await
+            .map_err(|e| {
+                ApiError::Unavailable(format!("this node has not reached version {from}: {e}"))
+            })?;
+    }
+    loop {
+        let (items, version) = changes(st, access, scope, from)?;
+        let now = tokio::time::Instant::now();
+        if !items.is_empty() || now >= deadline {
+            return Ok(WatchPage {
+                items,
+                resource_version: version,
+            });
+        }
+        let _ = st
+            .raft
+            .wait(Some(deadline - now))
+            .applied_index_at_least(Some(version + 1), "watch")
+            .await;
+    }
+}
