@@ -252,6 +252,9 @@ pub struct Summary {
     pub utilization_while_submitting: f64,
     /// Caveats of this run (e.g. settings the simulator does not model).
     pub notes: Vec<String>,
+    /// Quota schedules' figures, when the policy has any (scheduler mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tidal: Option<super::tidal::TidalSummary>,
 }
 
 /// One `timeseries.csv` row.
