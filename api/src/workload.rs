@@ -580,6 +580,15 @@ pub enum PendingReason {
         /// The workloads being evicted for it, by uid.
         victims: Vec<String>,
     },
+    /// Its side of the fleet loses quota at `boundary` (a tidal window closes) and its
+    /// runtime estimate would outlast that: starting it now would only see it reclaimed.
+    /// It starts after the boundary, or at once if it can checkpoint.
+    WindowClosing {
+        /// When the window closes and the side's quota drops.
+        boundary: DateTime<Utc>,
+        /// The runtime estimate that would outlast it, in seconds.
+        estimate_seconds: u64,
+    },
 }
 
 impl PendingReason {
@@ -595,6 +604,7 @@ impl PendingReason {
             Self::RateLimited => "RateLimited",
             Self::MemberUnavailable { .. } => "MemberUnavailable",
             Self::WaitingForPreemption { .. } => "WaitingForPreemption",
+            Self::WindowClosing { .. } => "WindowClosing",
         }
     }
 }
@@ -657,6 +667,14 @@ impl fmt::Display for PendingReason {
                 "waiting for {} workload(s) to be preempted: {}",
                 victims.len(),
                 victims.join(", ")
+            ),
+            Self::WindowClosing {
+                boundary,
+                estimate_seconds,
+            } => write!(
+                f,
+                "the quota window closes at {} and its estimated {estimate_seconds} s would outlast it",
+                boundary.to_rfc3339()
             ),
         }
     }
@@ -1016,6 +1034,10 @@ mod tests {
             },
             PendingReason::WaitingForPreemption {
                 victims: vec!["w1".into(), "w2".into()],
+            },
+            PendingReason::WindowClosing {
+                boundary: "2025-03-01T22:00:00Z".parse().unwrap(),
+                estimate_seconds: 7200,
             },
         ];
         for reason in reasons {

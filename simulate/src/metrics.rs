@@ -13,7 +13,7 @@ use super::time::Secs;
 use super::trace::TraceReport;
 
 /// Pending reason codes, in a fixed order so they index arrays.
-pub const REASONS: [&str; 9] = [
+pub const REASONS: [&str; 10] = [
     "Queued",
     "QuotaExhausted",
     "InsufficientCapacity",
@@ -23,6 +23,7 @@ pub const REASONS: [&str; 9] = [
     "RateLimited",
     "MemberUnavailable",
     "WaitingForPreemption",
+    "WindowClosing",
 ];
 
 pub const QUEUED: u8 = 0;
@@ -44,6 +45,7 @@ pub fn reason_index(r: &PendingReason) -> u8 {
         PendingReason::RateLimited => 6,
         PendingReason::MemberUnavailable { .. } => 7,
         PendingReason::WaitingForPreemption { .. } => 8,
+        PendingReason::WindowClosing { .. } => 9,
     }
 }
 

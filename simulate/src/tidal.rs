@@ -155,7 +155,8 @@ impl Tides {
             .collect()
     }
 
-    /// `dt` seconds passed with `alloc[c]` GPUs of each side running on member `c`.
+    /// `dt` seconds passed with `alloc[c]` GPUs of each side running on member `c`. The
+    /// engine counts only time up to the last arrival.
     pub fn integrate(&mut self, dt: Secs, alloc: &[[u64; 2]]) {
         if dt <= 0 {
             return;

@@ -371,8 +371,10 @@ impl Engine {
             let over = (0..self.jobs.queues().len())
                 .map(|q| (0..nf).map(|f| quota.over_guarantee(q, f)).sum::<u64>());
             self.acc.integrate(dt, self.fleet.allocated(), over);
+            // Windows are judged while work arrives, not over the drain of a backlog.
             if let Some(tides) = &mut self.tides {
-                tides.integrate(dt, &self.side_alloc);
+                let last = self.last_arrival;
+                tides.integrate(t.min(last) - self.now.min(last), &self.side_alloc);
             }
         }
         if self.now <= self.last_arrival && t > self.last_arrival {
