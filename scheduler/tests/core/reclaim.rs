@@ -219,7 +219,7 @@ fn within_the_lead_time_the_losing_side_starts_only_what_fits_before_the_boundar
                 },
             explanation,
             ..
-        } if b == boundary => assert_eq!(
+        } if *b == boundary => assert_eq!(
             explanation.unblock,
             tideway_scheduler::explain::Unblock::WindowClosing {
                 boundary,
