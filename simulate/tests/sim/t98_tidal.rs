@@ -29,7 +29,7 @@ fn run(dir: &tempfile::TempDir, policy: &str) -> TidalSummary {
         .join(format!("policy-{policy}.yaml"));
     let traces = [
         format!(
-            "philly:{PHILLY}?vc=6214e9,6c71a0&from=2017-10-02&to=2017-10-04&queue=training&flavor=H100"
+            "philly:{PHILLY}?vc=6214e9,6c71a0,ee9e8c,0e4a51,7f04ca,2869ce&from=2017-10-02&to=2017-10-04&queue=training&flavor=H100"
         ),
         format!(
             "alibaba-dlrm:{DLRM}?epoch=2017-10-02&from=0&to=172800&sample=0.011&day=08:00-22:00&tz=Europe/Berlin&always-on=0.2&queue=inference&flavor=H100"
