@@ -126,7 +126,8 @@ pub enum Cmd {
         #[arg(long)]
         queue: Option<String>,
         /// Submitted, Assigned, Preempted, Running, Succeeded, Failed, Requeued, Cancelled,
-        /// Compacted, PolicyChanged, MemberRegistered, MemberHealth (any case).
+        /// Compacted, PolicyChanged, MemberRegistered, MemberHealth, TidalTransition,
+        /// PolicyRolledBack (any case).
         #[arg(long)]
         kind: Option<String>,
         /// Only records at or after this time (RFC 3339).

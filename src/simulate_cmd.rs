@@ -106,6 +106,29 @@ fn run_blocking(a: SimulateArgs) -> anyhow::Result<()> {
         s.run.scheduler_cycles,
         s.run.scheduler_wall_seconds
     );
+    if let Some(t) = &s.tidal {
+        println!(
+            "tidal: inference not granted within {} s grace {:.1} GPU-hours ({} workloads); training work lost {:.1} GPU-hours",
+            t.grace_seconds,
+            t.unserved_inference_gpu_hours,
+            t.inference_waits_beyond_grace,
+            t.training_work_lost_gpu_hours
+        );
+        for sc in &t.schedules {
+            for (window, w) in &sc.windows {
+                println!(
+                    "  {} {window}: {:.0} h, inference {:.0} / training {:.0} of {:.0} GPU-hours; training used {:.1}% of what inference left open; utilization {:.1}%",
+                    sc.schedule,
+                    w.hours,
+                    w.inference_gpu_hours,
+                    w.training_gpu_hours,
+                    w.capacity_gpu_hours,
+                    w.training_share_of_open.unwrap_or(0.0) * 100.0,
+                    w.utilization.unwrap_or(0.0) * 100.0
+                );
+            }
+        }
+    }
     for n in &s.notes {
         println!("note: {n}");
     }

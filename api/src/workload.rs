@@ -592,6 +592,15 @@ pub enum PendingReason {
         /// The workloads being evicted for it, by uid.
         victims: Vec<String>,
     },
+    /// Its side of the fleet loses quota at `boundary` (a tidal window closes) and its
+    /// runtime estimate would outlast that: starting it now would only see it reclaimed.
+    /// It starts after the boundary, or at once if it can checkpoint.
+    WindowClosing {
+        /// When the window closes and the side's quota drops.
+        boundary: DateTime<Utc>,
+        /// The runtime estimate that would outlast it, in seconds.
+        estimate_seconds: u64,
+    },
     /// Its last attempt failed; it is dispatched again after an exponential backoff.
     BackingOff {
         /// When it may be dispatched again.
@@ -636,6 +645,7 @@ impl PendingReason {
             Self::RateLimited => "RateLimited",
             Self::MemberUnavailable { .. } => "MemberUnavailable",
             Self::WaitingForPreemption { .. } => "WaitingForPreemption",
+            Self::WindowClosing { .. } => "WindowClosing",
             Self::BackingOff { .. } => "BackingOff",
         }
     }
@@ -699,6 +709,14 @@ impl fmt::Display for PendingReason {
                 "waiting for {} workload(s) to be preempted: {}",
                 victims.len(),
                 victims.join(", ")
+            ),
+            Self::WindowClosing {
+                boundary,
+                estimate_seconds,
+            } => write!(
+                f,
+                "the quota window closes at {} and its estimated {estimate_seconds} s would outlast it",
+                boundary.to_rfc3339()
             ),
             Self::BackingOff { until, attempts } => write!(
                 f,
@@ -1088,6 +1106,10 @@ mod tests {
             },
             PendingReason::WaitingForPreemption {
                 victims: vec!["w1".into(), "w2".into()],
+            },
+            PendingReason::WindowClosing {
+                boundary: "2025-03-01T22:00:00Z".parse().unwrap(),
+                estimate_seconds: 7200,
             },
         ];
         for reason in reasons {

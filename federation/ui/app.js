@@ -245,6 +245,7 @@ function reasonSentence(r) {
     case "RateLimited": return "dispatch is rate limited";
     case "MemberUnavailable": return `member cluster ${r.cluster} is unavailable`;
     case "WaitingForPreemption": return `waiting for ${(r.victims || []).length} workload(s) to be preempted`;
+    case "WindowClosing": return `the quota window closes at ${r.boundary} and its estimated ${r.estimateSeconds} s would outlast it`;
     case "BackingOff": return `retried after its backoff, at ${r.until}`;
     default: return r.type;
   }

@@ -830,7 +830,17 @@ impl<'a> Cycle<'a> {
             return self.pending(idx, reason, Explanation::new(unblock));
         }
         if let Some(unblock) = self.window_closing(idx) {
-            return self.pending(idx, PendingReason::Queued, Explanation::new(unblock));
+            let reason = match &unblock {
+                Unblock::WindowClosing {
+                    boundary,
+                    estimate_seconds,
+                } => PendingReason::WindowClosing {
+                    boundary: *boundary,
+                    estimate_seconds: *estimate_seconds,
+                },
+                _ => PendingReason::Queued,
+            };
+            return self.pending(idx, reason, Explanation::new(unblock));
         }
         if let Some((reason, explanation)) = &self.shapes[s].static_block {
             let (reason, explanation) = (reason.clone(), explanation.clone());

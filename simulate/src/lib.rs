@@ -25,6 +25,7 @@ pub mod progress;
 mod sched;
 pub mod summary;
 pub mod svg;
+pub mod tidal;
 pub mod time;
 pub mod trace;
 pub mod workload;

@@ -13,7 +13,7 @@ use super::time::Secs;
 use super::trace::TraceReport;
 
 /// Pending reason codes, in a fixed order so they index arrays.
-pub const REASONS: [&str; 9] = [
+pub const REASONS: [&str; 10] = [
     "Queued",
     "QuotaExhausted",
     "InsufficientCapacity",
@@ -23,6 +23,7 @@ pub const REASONS: [&str; 9] = [
     "RateLimited",
     "MemberUnavailable",
     "WaitingForPreemption",
+    "WindowClosing",
 ];
 
 pub const QUEUED: u8 = 0;
@@ -44,7 +45,8 @@ pub fn reason_index(r: &PendingReason) -> u8 {
         PendingReason::RateLimited => 6,
         PendingReason::MemberUnavailable { .. } => 7,
         PendingReason::WaitingForPreemption { .. } => 8,
-        PendingReason::BackingOff { .. } => 9,
+        PendingReason::WindowClosing { .. } => 9,
+        PendingReason::BackingOff { .. } => 10,
     }
 }
 
@@ -253,6 +255,9 @@ pub struct Summary {
     pub utilization_while_submitting: f64,
     /// Caveats of this run (e.g. settings the simulator does not model).
     pub notes: Vec<String>,
+    /// Quota schedules' figures, when the policy has any (scheduler mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tidal: Option<super::tidal::TidalSummary>,
 }
 
 /// One `timeseries.csv` row.

@@ -342,6 +342,7 @@ impl Engine {
             st.fill_aggregates(self);
         }
         st.input.clusters = self.take_views();
+        st.input.quota_overrides = self.tidal_overrides(&st.input.clusters, &st.input.queues);
         st.input.now = to_utc(now);
         st.cycle += 1;
         st.input.seed = mix(st.seed ^ st.input.settings.tie_break_seed, st.cycle);

@@ -13,12 +13,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tideway_api::clock::SharedClock;
 use tideway_api::{
-    Queue, QuotaSchedule, QuotaScheduleStatus, ScheduleTimeline, ScheduleTransition,
+    Queue, QuotaScheduleStatus, ScheduleTimeline, ScheduleTransition,
     TimelineHour as TimelineHourView, TimelineQuota,
 };
+pub use tideway_scheduler::tidal::due_changes;
 use tideway_scheduler::tidal::{
-    Calendar, Change, MAX_CATCH_UP_DAYS, WindowState, capacity_in_scope, overrides, timeline,
-    window_name,
+    Calendar, WindowState, capacity_in_scope, overrides, overrides_now, timeline, window_name,
 };
 use tideway_scheduler::{ClusterView, QuotaOverride};
 
@@ -31,34 +31,6 @@ use crate::state::command::Command;
 /// How often the leader looks for due transitions: boundaries are whole minutes, so a
 /// transition is applied within this of its instant.
 pub const TIDAL_TICK: Duration = Duration::from_millis(500);
-
-/// Changes due for `schedule` given its recorded window, oldest first. After a very long
-/// absence only the last `MAX_CATCH_UP_DAYS` are replayed.
-pub fn due_changes(
-    schedule: &QuotaSchedule,
-    recorded: &WindowState,
-    now: DateTime<Utc>,
-) -> Vec<(Option<String>, Option<String>, DateTime<Utc>)> {
-    let Ok(cal) = Calendar::new(&schedule.spec) else {
-        return Vec::new();
-    };
-    let floor = now - chrono::Duration::days(MAX_CATCH_UP_DAYS);
-    let after = recorded.since.max(floor);
-    let Ok(changes) = cal.changes_between(after, now) else {
-        return Vec::new();
-    };
-    let spec = &schedule.spec;
-    let mut from = recorded.window.clone();
-    let mut out = Vec::new();
-    for Change { at, to, .. } in changes {
-        let to = window_name(spec, to);
-        if to != from {
-            out.push((from.clone(), to.clone(), at));
-            from = to;
-        }
-    }
-    out
-}
 
 /// Proposes due transitions every tick while this node leads.
 pub async fn tidal_loop(
@@ -117,12 +89,7 @@ pub fn quota_overrides(
         let Some(rec) = state.tidal.windows.get(name) else {
             continue;
         };
-        let next = Calendar::new(&schedule.spec)
-            .ok()
-            .and_then(|c| c.next_change(now).ok().flatten())
-            .filter(|c| window_name(&schedule.spec, c.from) == rec.window);
-        let capacity = capacity_in_scope(&schedule.spec, clusters);
-        out.extend(overrides(schedule, rec, next.as_ref(), &capacity, queues));
+        out.extend(overrides_now(schedule, rec, clusters, queues, now));
     }
     out
 }
@@ -215,8 +182,8 @@ pub fn timeline_view(
 #[cfg(test)]
 mod tests {
     use tideway_api::{
-        QuotaAmount, QuotaScheduleSpec, QuotaTarget, QuotaWindow, ScheduleScope, Transition,
-        WindowQuota,
+        QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaTarget, QuotaWindow, ScheduleScope,
+        Transition, WindowQuota,
     };
 
     use super::*;

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Desired;
 use tideway_api::audit::{AuditEvent, AuditKind};
-use tideway_api::{MemberPhase, WorkloadPhase};
+use tideway_api::{MemberPhase, QuotaAmount, QuotaTarget, WindowQuota, WorkloadPhase};
 
 use super::FederationState;
 use super::command::{Command, CommandResult, StoredObject};
@@ -67,6 +67,12 @@ pub(super) enum Hint {
     },
     AuditCompacted {
         before_seq: u64,
+    },
+    Tidal {
+        schedule: String,
+        from: Option<String>,
+        to: Option<String>,
+        boundary: DateTime<Utc>,
     },
     Quiet,
 }
@@ -196,6 +202,21 @@ impl Hint {
                 Hint::AuditCompacted {
                     before_seq: *before_seq,
                 },
+                ANONYMOUS.into(),
+            ),
+            Command::TidalTransition {
+                schedule,
+                from,
+                to,
+                boundary,
+                ..
+            } => (
+                Hint::Tidal {
+                    schedule: schedule.clone(),
+                    from: from.clone(),
+                    to: to.clone(),
+                    boundary: *boundary,
+                },
                 LEADER.into(),
             ),
             Command::As { actor, command } => {
@@ -233,6 +254,63 @@ struct Rec {
 }
 
 impl FederationState {
+    /// "schedule 'day-night': window day -> night at 2030-01-01T21:00:00+00:00; quotas:
+    /// pool/inference share 0.7 -> share 0.3, ...": what changed and by how much, as the
+    /// schedule writes it (shares resolve against live capacity, which apply does not see).
+    fn transition_evidence(
+        &self,
+        schedule: &str,
+        from: Option<String>,
+        to: Option<String>,
+        boundary: DateTime<Utc>,
+    ) -> String {
+        let name = |w: &Option<String>| w.clone().unwrap_or_else(|| "(default)".into());
+        let mut out = format!(
+            "schedule '{schedule}': window {} -> {} at {}",
+            name(&from),
+            name(&to),
+            boundary.to_rfc3339()
+        );
+        let Some(spec) = self.tidal.schedules.get(schedule).map(|s| &s.spec) else {
+            return out;
+        };
+        let before = spec.quotas_of(from.as_deref()).unwrap_or_default();
+        let after = spec.quotas_of(to.as_deref()).unwrap_or_default();
+        let key = |q: &WindowQuota| {
+            let kind = match q.target {
+                QuotaTarget::Pool(_) => "pool",
+                QuotaTarget::Queue(_) => "queue",
+            };
+            match &q.flavor {
+                Some(f) => format!("{kind}/{} {f}", q.target.name()),
+                None => format!("{kind}/{}", q.target.name()),
+            }
+        };
+        let amount = |q: Option<&WindowQuota>| match q.map(|q| q.amount) {
+            Some(QuotaAmount::Gpus(n)) => format!("{n} GPUs"),
+            Some(QuotaAmount::Share(x)) => format!("share {x}"),
+            None => "own quota".into(),
+        };
+        let mut keys: Vec<String> = before.iter().chain(after).map(key).collect();
+        keys.sort();
+        keys.dedup();
+        let changes: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                let b = amount(before.iter().find(|q| &key(q) == k));
+                let a = amount(after.iter().find(|q| &key(q) == k));
+                (a != b).then(|| format!("{k} {b} -> {a}"))
+            })
+            .collect();
+        if changes.is_empty() {
+            out.push_str("; quotas unchanged");
+        } else {
+            out.push_str("; quotas: ");
+            out.push_str(&changes.join(", "));
+        }
+        out
+    }
+
     /// Appends the records of what the command at `index` changed.
     pub(super) fn record(&mut self, index: u64, hint: Hint, actor: String, res: &CommandResult) {
         let at = self.clock.unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
@@ -356,6 +434,22 @@ impl FederationState {
                     ),
                 });
             }
+            (
+                Hint::Tidal {
+                    schedule,
+                    from,
+                    to,
+                    boundary,
+                },
+                CommandResult::Updated { count: 1 },
+            ) => recs.push(Rec {
+                version: None,
+                kind: AuditKind::TidalTransition,
+                workload: None,
+                queue: None,
+                cluster: None,
+                evidence: self.transition_evidence(&schedule, from, to, boundary),
+            }),
             (Hint::Register { name }, CommandResult::Created { .. }) => recs.push(Rec {
                 version: None,
                 kind: AuditKind::MemberRegistered,
@@ -740,6 +834,90 @@ mod tests {
             s.audit_retention_cut(Some(2), None),
             None,
             "stable at the limit"
+        );
+    }
+
+    #[test]
+    fn a_policy_apply_and_each_tidal_transition_leave_one_record_naming_the_quota_changes() {
+        use tideway_api::{
+            Policy, PolicySpec, QuotaSchedule, QuotaScheduleSpec, QuotaWindow, ScheduleScope,
+            Transition,
+        };
+        let q = |inf: f64| {
+            vec![
+                WindowQuota {
+                    target: QuotaTarget::Pool("inference".into()),
+                    flavor: None,
+                    amount: QuotaAmount::Share(inf),
+                },
+                WindowQuota {
+                    target: QuotaTarget::Pool("training".into()),
+                    flavor: Some("H100".into()),
+                    amount: QuotaAmount::Gpus(8),
+                },
+            ]
+        };
+        let schedule = QuotaSchedule::new(
+            "tide",
+            QuotaScheduleSpec {
+                time_zone: "UTC".into(),
+                windows: vec![
+                    QuotaWindow::daily("day", "08:00", "20:00", q(0.7)),
+                    QuotaWindow::daily("night", "20:00", "08:00", q(0.3)),
+                ],
+                default_quotas: None,
+                transition: Transition::default(),
+                scope: ScheduleScope::default(),
+            },
+        );
+        let policy = Policy::new(
+            "bundle",
+            PolicySpec {
+                quota_schedules: vec![schedule],
+                ..PolicySpec::default()
+            },
+        );
+        // 2030-01-01T12:00Z: day.
+        let noon: DateTime<Utc> = "2030-01-01T12:00:00Z".parse().expect("time");
+        let mut s = FederationState::default();
+        s.apply(
+            1,
+            Command::by(
+                Some("olga"),
+                Command::PutPolicy {
+                    policy: Box::new(policy),
+                    at: noon,
+                },
+            ),
+        );
+        let boundary: DateTime<Utc> = "2030-01-01T20:00:00Z".parse().expect("time");
+        let transition = Command::TidalTransition {
+            schedule: "tide".into(),
+            from: Some("day".into()),
+            to: Some("night".into()),
+            boundary,
+            at: boundary,
+        };
+        s.apply(2, transition.clone());
+        // The same change proposed again (a new leader) changes nothing and records nothing.
+        s.apply(3, transition);
+        let recs: Vec<&AuditEvent> = s.audit.events.iter().collect();
+        assert_eq!(recs.len(), 2, "{recs:#?}");
+        assert_eq!(recs[0].kind, AuditKind::PolicyChanged);
+        assert_eq!(recs[0].actor, "olga");
+        assert!(
+            recs[0].evidence.contains("policy 'bundle' applied"),
+            "{}",
+            recs[0].evidence
+        );
+        assert_eq!(recs[1].kind, AuditKind::TidalTransition);
+        assert_eq!(recs[1].actor, LEADER);
+        assert_eq!(recs[1].index, 2);
+        assert_eq!(recs[1].policy_version, 1);
+        assert_eq!(
+            recs[1].evidence,
+            "schedule 'tide': window day -> night at 2030-01-01T20:00:00+00:00; quotas: \
+             pool/inference share 0.7 -> share 0.3"
         );
     }
 }

@@ -3,8 +3,8 @@
 //! up over the new quota, unless it can checkpoint. Such work would only be reclaimed a few
 //! minutes later, losing everything it did.
 //!
-//! The workload keeps the `Queued` reason with a `WindowClosing` explanation (boundary and
-//! estimate) until the pending-reason type grows its own variant.
+//! The workload waits with reason `WindowClosing` (boundary and estimate), and the same
+//! in its explanation's way to unblock.
 
 use super::super::cycle::Cycle;
 use super::super::explain::Unblock;

@@ -216,6 +216,57 @@ pub fn overrides(
     out
 }
 
+/// A change of recorded window: from, to, and the boundary it belongs to.
+pub type DueChange = (Option<String>, Option<String>, DateTime<Utc>);
+
+/// Changes due for `schedule` given its recorded window, oldest first: what the live
+/// leader proposes each tick and what the simulator applies at its virtual instants. After
+/// a very long absence only the last `MAX_CATCH_UP_DAYS` are replayed.
+pub fn due_changes(
+    schedule: &QuotaSchedule,
+    recorded: &WindowState,
+    now: DateTime<Utc>,
+) -> Vec<DueChange> {
+    let Ok(cal) = Calendar::new(&schedule.spec) else {
+        return Vec::new();
+    };
+    let floor = now - chrono::Duration::days(MAX_CATCH_UP_DAYS);
+    let after = recorded.since.max(floor);
+    let Ok(changes) = cal.changes_between(after, now) else {
+        return Vec::new();
+    };
+    let spec = &schedule.spec;
+    let mut from = recorded.window.clone();
+    let mut out = Vec::new();
+    for Change { at, to, .. } in changes {
+        let to = window_name(spec, to);
+        if to != from {
+            out.push((from.clone(), to.clone(), at));
+            from = to;
+        }
+    }
+    out
+}
+
+/// The overrides one schedule in its recorded window gives a cycle at `now`: the next
+/// change is the calendar's, but only if it leaves the recorded window (a transition not
+/// yet recorded must not announce a hand-over from a window the cycle is not in); shares
+/// resolve against the live capacity in the schedule's scope.
+pub fn overrides_now(
+    schedule: &QuotaSchedule,
+    recorded: &WindowState,
+    clusters: &[ClusterView],
+    queues: &[Queue],
+    now: DateTime<Utc>,
+) -> Vec<QuotaOverride> {
+    let next = Calendar::new(&schedule.spec)
+        .ok()
+        .and_then(|c| c.next_change(now).ok().flatten())
+        .filter(|c| window_name(&schedule.spec, c.from) == recorded.window);
+    let capacity = capacity_in_scope(&schedule.spec, clusters);
+    overrides(schedule, recorded, next.as_ref(), &capacity, queues)
+}
+
 /// One hour of a schedule's timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -212,10 +212,14 @@ fn within_the_lead_time_the_losing_side_starts_only_what_fits_before_the_boundar
     let out = f.cycle();
     match Fleet::decision(&out, "long") {
         Decision::Pending {
-            reason: PendingReason::Queued,
+            reason:
+                PendingReason::WindowClosing {
+                    boundary: b,
+                    estimate_seconds: 7200,
+                },
             explanation,
             ..
-        } => assert_eq!(
+        } if *b == boundary => assert_eq!(
             explanation.unblock,
             tideway_scheduler::explain::Unblock::WindowClosing {
                 boundary,

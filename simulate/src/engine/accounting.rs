@@ -272,6 +272,7 @@ impl Accounting {
                 fleet_gpus as f64 * submitting as f64,
             ),
             notes: s.notes,
+            tidal: None,
         };
         (summary, self.samples)
     }

@@ -169,6 +169,11 @@ impl Fleet {
     }
 
     /// Lends the views to the scheduler input (moved, not cloned); `put_views` returns them.
+    /// The members' views (empty while lent to a cycle).
+    pub fn views(&self) -> &[ClusterView] {
+        &self.views
+    }
+
     pub fn take_views(&mut self) -> Vec<ClusterView> {
         std::mem::take(&mut self.views)
     }

@@ -209,6 +209,8 @@ impl Engine {
         let held = self
             .fleet
             .hold(c as usize, &self.jobs.job(j).uid, self.jobs.attempt(j));
+        let gpus = held.iter().map(|(_, g)| g).sum();
+        self.count_side(j, c as usize, gpus, true);
         if let Some(r) = self.jobs.started(j, held, at) {
             let end = at.saturating_add(i64::try_from(r).unwrap_or(i64::MAX));
             self.push_event(end, EventKind::Tick, c);
@@ -221,6 +223,9 @@ impl Engine {
     /// Releases what a job holds (GPUs, quota, its place among active jobs).
     fn stop(&mut self, j: u32, at: Secs) {
         let gpus = self.fleet.release(self.jobs.take_held(j));
+        if let Some(c) = self.jobs.cluster(j) {
+            self.count_side(j, c as usize, gpus, false);
+        }
         let q = self.jobs.queue(j);
         for &(f, g) in self.jobs.request(j) {
             self.quota.release(q, f, g);

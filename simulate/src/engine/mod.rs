@@ -32,6 +32,7 @@ use tideway_scheduler::{ClusterView, QuotaBook};
 use super::config::{Member, Mode, SimPolicy, SimulatorSettings};
 use super::metrics::{self, JobRecord, Sample, Summary};
 use super::sched::SchedState;
+use super::tidal::{Tides, side_index};
 use super::time::Secs;
 use super::trace::{Job, Shape, TraceReport};
 use accounting::{Accounting, PoolLine, QueueLine, SampleDue, SummaryInput};
@@ -108,6 +109,11 @@ pub struct Engine {
     changed: bool,
     acc: Accounting,
     sched: Option<SchedState>,
+    /// Quota schedules on the virtual clock (scheduler mode only).
+    tides: Option<Tides>,
+    /// GPUs running per member, inference side then training side (for the tidal
+    /// accounts).
+    side_alloc: Vec<[u64; 2]>,
     traces: Vec<TraceReport>,
     notes: Vec<String>,
     default_flavor: String,
@@ -172,12 +178,6 @@ impl Engine {
         // The core's own quota book, kept for the whole run; queue ids are its ids.
         let quota = QuotaBook::new(&policy.spec.queues, &[], flavors);
         let queue_names: Vec<String> = quota.queues.iter().map(|q| q.name.clone()).collect();
-        if !policy.spec.quota_schedules.is_empty() {
-            notes.push(
-                "quotaSchedules (tidal windows) are not simulated: queues keep their own quotas"
-                    .into(),
-            );
-        }
 
         // Arrival order: submit time, then the order traces listed the jobs.
         jobs.sort_by_key(|j| j.submit);
@@ -193,6 +193,19 @@ impl Engine {
             .unwrap_or_else(|| ((last_arrival - first) / TARGET_SAMPLES).max(60));
 
         let sched = scheduler_mode.then(|| SchedState::new(&policy, &settings, seed, job_count));
+        let schedules = &policy.spec.quota_schedules;
+        let tides = if schedules.is_empty() {
+            None
+        } else if scheduler_mode {
+            Tides::new(schedules, fleet.views(), first, &mut notes)
+        } else {
+            notes.push(
+                "quotaSchedules (tidal windows) are simulated in scheduler mode only: FIFO keeps the queues' own quotas"
+                    .into(),
+            );
+            None
+        };
+        let side_alloc = vec![[0u64; 2]; fleet.len()];
         if sched.as_ref().is_some_and(SchedState::preemption_disabled) {
             notes.push(
                 "preemption is off: simulator.runningView aggregate cannot name victims".into(),
@@ -214,6 +227,8 @@ impl Engine {
             changed: false,
             acc,
             sched,
+            tides,
+            side_alloc,
             traces,
             notes,
             default_flavor,
@@ -240,6 +255,11 @@ impl Engine {
                 (Some(a), None) => a,
                 (None, Some(e)) => e,
                 (None, None) => break,
+            };
+            // Schedules never end: their instants count only while something else is due.
+            let t = match self.tides.as_ref().and_then(|x| x.next_instant(self.now)) {
+                Some(b) => t.min(b),
+                None => t,
             };
             self.advance(t);
 
@@ -274,6 +294,12 @@ impl Engine {
                 self.next_arrival += 1;
                 self.acc.count_event();
                 self.arrive(j);
+            }
+
+            if let Some(tides) = &mut self.tides
+                && tides.advance(t)
+            {
+                self.changed = true;
             }
 
             if self.changed && self.jobs.pending_count() > 0 {
@@ -345,6 +371,11 @@ impl Engine {
             let over = (0..self.jobs.queues().len())
                 .map(|q| (0..nf).map(|f| quota.over_guarantee(q, f)).sum::<u64>());
             self.acc.integrate(dt, self.fleet.allocated(), over);
+            // Windows are judged while work arrives, not over the drain of a backlog.
+            if let Some(tides) = &mut self.tides {
+                let last = self.last_arrival;
+                tides.integrate(t.min(last) - self.now.min(last), &self.side_alloc);
+            }
         }
         if self.now <= self.last_arrival && t > self.last_arrival {
             let extra = self.last_arrival - self.now;
@@ -425,6 +456,30 @@ impl Engine {
 
     pub(crate) fn sched_mut(&mut self) -> Option<&mut SchedState> {
         self.sched.as_mut()
+    }
+
+    /// The quota overrides the schedules give a cycle at `now` (none without schedules).
+    pub(crate) fn tidal_overrides(
+        &self,
+        clusters: &[ClusterView],
+        queues: &[tideway_api::Queue],
+    ) -> Vec<tideway_scheduler::QuotaOverride> {
+        self.tides
+            .as_ref()
+            .map(|t| t.overrides(clusters, queues, self.now))
+            .unwrap_or_default()
+    }
+
+    /// `gpus` of job `j` started (`+`) or stopped (`-`) on member `c`.
+    fn count_side(&mut self, j: u32, c: usize, gpus: u64, started: bool) {
+        let side = side_index(self.jobs.job(j).class);
+        if let Some(a) = self.side_alloc.get_mut(c) {
+            a[side] = if started {
+                a[side].saturating_add(gpus)
+            } else {
+                a[side].saturating_sub(gpus)
+            };
+        }
     }
 
     /// Runs an admission step at `at` even if nothing else happens then.
@@ -509,7 +564,9 @@ impl Engine {
             pools,
             queues,
         };
-        let (summary, samples) = self.acc.finish(&records, input);
+        let tidal = self.tides.as_ref().map(|t| t.finish(&records, end));
+        let (mut summary, samples) = self.acc.finish(&records, input);
+        summary.tidal = tidal;
         RunOutput {
             summary,
             pools: pool_labels,

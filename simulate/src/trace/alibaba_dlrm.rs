@@ -12,15 +12,30 @@
 //! Replicas of one app carry the spread label so the scheduler spreads them.
 //!
 //! Filters: `app=a,b`, `from`/`to` (a time, or seconds from the trace start), `epoch`,
-//! `queue`, `flavor`, `limit`.
+//! `queue`, `flavor`, `limit`, `sample` (keep this share of the replicas, chosen by a hash
+//! of their name), and for demand that follows the day `day=HH:MM-HH:MM`, `tz` and
+//! `always-on` (see [`super::diurnal`]).
 
 use tideway_api::WorkloadClass;
 
+use super::diurnal::{Diurnal, fraction, hash};
 use super::{Header, Job, ReadContext, Shape, TraceReport, TraceSpec};
 use crate::error::SimulateError;
 use crate::time::Secs;
 
-const KEYS: [&str; 7] = ["app", "from", "to", "epoch", "queue", "flavor", "limit"];
+const KEYS: [&str; 11] = [
+    "app",
+    "from",
+    "to",
+    "epoch",
+    "queue",
+    "flavor",
+    "limit",
+    "sample",
+    "day",
+    "tz",
+    "always-on",
+];
 
 /// Where trace second 0 sits on the virtual clock unless `epoch=` says otherwise.
 pub const DEFAULT_EPOCH: Secs = 1_735_689_600; // 2025-01-01T00:00:00Z
@@ -59,6 +74,24 @@ pub fn read(
     let forced_queue = spec.queue_override()?;
     let flavor = spec.get("flavor").map(str::to_owned);
     let limit: Option<usize> = spec.number("limit")?;
+    let sample: f64 = spec.number("sample")?.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sample) {
+        return Err(spec.error("sample: must be between 0 and 1"));
+    }
+    let diurnal = match spec.get("day") {
+        Some(day) => Some(
+            Diurnal::parse(
+                day,
+                spec.get("tz").unwrap_or("UTC"),
+                spec.number("always-on")?.unwrap_or(0.0),
+            )
+            .map_err(|e| spec.error(e))?,
+        ),
+        None if spec.get("tz").is_some() || spec.get("always-on").is_some() => {
+            return Err(spec.error("tz and always-on need day=HH:MM-HH:MM"));
+        }
+        None => None,
+    };
 
     let mut report = TraceReport::new(spec);
     let Some((header, lines)) = Header::read(text) else {
@@ -171,6 +204,35 @@ pub fn read(
             report.filter("other app");
             continue;
         }
+        if sample < 1.0 && fraction(hash(&r.sn)) >= sample {
+            report.filter("not sampled");
+            continue;
+        }
+        let queue = ctx.queue_of(&r.app, forced_queue.as_ref());
+        let shape = Shape::Pods {
+            pods: vec![(1, r.gpus)],
+            flavor: flavor.clone(),
+            replica_of: Some(super::sanitize(&r.app)),
+        };
+        if let Some(d) = &diurnal {
+            // The queue is in the uid: the same replicas may serve several zones.
+            for (day, from, to) in d.spans(&r.sn, start, end) {
+                jobs.push(Job {
+                    uid: match day {
+                        Some(n) => format!("dlrm-{queue}-{}-d{n}", super::sanitize(&r.sn)),
+                        None => format!("dlrm-{queue}-{}", super::sanitize(&r.sn)),
+                    },
+                    tenant: r.app.clone(),
+                    queue: queue.clone(),
+                    class: WorkloadClass::Inference,
+                    submit: from,
+                    runtime: None,
+                    remove_at: Some(to),
+                    shape: shape.clone(),
+                });
+            }
+            continue;
+        }
         let created = r.created.map_or(start, |c| c.max(start));
         let deleted = r.deleted.map_or(end, |d| d.min(end));
         if created >= end || deleted <= start || deleted <= created {
@@ -180,16 +242,12 @@ pub fn read(
         jobs.push(Job {
             uid: format!("dlrm-{}-{}", super::sanitize(&r.sn), r.line),
             tenant: r.app.clone(),
-            queue: ctx.queue_of(&r.app, forced_queue.as_ref()),
+            queue,
             class: WorkloadClass::Inference,
             submit: created,
             runtime: None,
             remove_at: Some(deleted),
-            shape: Shape::Pods {
-                pods: vec![(1, r.gpus)],
-                flavor: flavor.clone(),
-                replica_of: Some(super::sanitize(&r.app)),
-            },
+            shape,
         });
     }
     super::finish(jobs, limit, report)
@@ -243,5 +301,47 @@ mod tests {
         let (jobs, _) = read(&spec, &text, &ctx).unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[1].submit, jobs[1].remove_at), (200, Some(300)));
+    }
+
+    #[test]
+    fn replicas_following_the_day() {
+        let text = [
+            HEADER.to_owned(),
+            row("instance_0", "app_0", "1", "", ""),
+            row("instance_1", "app_0", "2", "100", "400"),
+        ]
+        .join("\n");
+        let map = BTreeMap::new();
+        let ctx = ReadContext {
+            window: Window::default(),
+            queue_map: &map,
+        };
+        let spec = TraceSpec::parse(
+            "alibaba-dlrm:x.csv?epoch=2030-01-01&from=0&to=172800&day=08:00-22:00&tz=Asia/Shanghai&queue=dlrm",
+        )
+        .unwrap();
+        let (jobs, _) = read(&spec, &text, &ctx).unwrap();
+        // Two replicas, each serving two local days (and the trace's own lifetimes ignored).
+        assert_eq!(jobs.len(), 4, "{jobs:?}");
+        let day0 = crate::time::parse_time("2030-01-01T00:00:00Z").unwrap(); // 08:00 Shanghai
+        for j in &jobs {
+            let open = (j.submit - day0).rem_euclid(86_400);
+            assert!(open <= 1800 || open >= 86_400 - 1800, "{j:?}");
+            assert!((j.remove_at.unwrap() - j.submit - 14 * 3600).abs() <= 3600);
+        }
+        assert_eq!(
+            jobs.iter()
+                .map(|j| &j.uid)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            4
+        );
+
+        let none = TraceSpec::parse("alibaba-dlrm:x.csv?epoch=2030-01-01&sample=0").unwrap();
+        let (jobs, r) = read(&none, &text, &ctx).unwrap();
+        assert!(jobs.is_empty());
+        assert_eq!(r.filtered.get("not sampled"), Some(&2));
+        let bad = TraceSpec::parse("alibaba-dlrm:x.csv?tz=UTC").unwrap();
+        assert!(read(&bad, &text, &ctx).is_err());
     }
 }

@@ -11,6 +11,7 @@
 //! able to tell.
 
 pub mod alibaba_dlrm;
+pub mod diurnal;
 pub mod jsonl;
 pub mod philly;
 

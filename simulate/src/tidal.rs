@@ -1,0 +1,414 @@
+//! Quota schedules on the virtual clock: the live leader's tidal loop without Raft.
+//!
+//! The leader records each change of window as a log entry and builds every cycle's quota
+//! overrides from the recorded window; here the record is a field, advanced at the same
+//! instants by the same function (`tidal::due_changes`), and the overrides come from the
+//! same `tidal::overrides_now`, so window-aware admission, side guarantees and reclaim in
+//! a simulated cycle are the live ones. The engine wakes at every boundary and at the start
+//! of every lead time, so nothing waits for an unrelated event to see a window change.
+//!
+//! It also keeps the figures a tidal schedule is judged by, per schedule and window: GPU
+//! time of each fleet side within the schedule's scope, and the capacity there.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tideway_api::{Queue, QuotaSchedule, WorkloadClass};
+use tideway_scheduler::tidal::{
+    Calendar, FleetSide, WindowState, capacity_in_scope, due_changes, overrides_now, window_name,
+};
+use tideway_scheduler::{ClusterView, QuotaOverride};
+
+use super::metrics::JobRecord;
+use super::time::{Secs, to_utc};
+
+/// Name under which time outside every window (the schedule's defaults) is reported.
+pub const DEFAULT_WINDOW: &str = "(default)";
+
+/// The schedules of a run, their recorded windows and their accounts.
+pub(crate) struct Tides {
+    tracks: Vec<Track>,
+}
+
+struct Track {
+    schedule: QuotaSchedule,
+    recorded: WindowState,
+    /// Member clusters (engine ids) the schedule's scope covers.
+    in_scope: Vec<bool>,
+    /// GPUs in scope (all flavors the scope names, or all).
+    capacity: u64,
+    /// The next instants the engine must wake at: the boundary and its lead time.
+    next_boundary: Option<Secs>,
+    lead: Secs,
+    transitions: u64,
+    windows: BTreeMap<String, WindowAcc>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct WindowAcc {
+    seconds: i64,
+    inference_gpu_secs: u128,
+    training_gpu_secs: u128,
+    capacity_gpu_secs: u128,
+}
+
+impl Tides {
+    /// The schedules as of `start`: each opens in the window the calendar has open then, as
+    /// `tideway apply` records it. `views` are the members in engine order. Schedules whose
+    /// calendar cannot be evaluated are left out with a note (validation makes that rare).
+    pub fn new(
+        schedules: &[QuotaSchedule],
+        views: &[ClusterView],
+        start: Secs,
+        notes: &mut Vec<String>,
+    ) -> Option<Self> {
+        let mut tracks = Vec::new();
+        for s in schedules {
+            let spec = &s.spec;
+            let window = match Calendar::new(spec).and_then(|c| c.window_at(to_utc(start))) {
+                Ok(w) => window_name(spec, w),
+                Err(e) => {
+                    notes.push(format!(
+                        "quotaSchedule {:?} is not simulated: {e}",
+                        s.metadata.name
+                    ));
+                    continue;
+                }
+            };
+            let scope = &spec.scope;
+            let in_scope = views
+                .iter()
+                .map(|v| {
+                    (scope.regions.is_empty() || scope.regions.contains(&v.region))
+                        && (scope.clusters.is_empty() || scope.clusters.contains(&v.name))
+                })
+                .collect();
+            let capacity = capacity_in_scope(spec, views).values().sum();
+            let mut t = Track {
+                schedule: s.clone(),
+                recorded: WindowState {
+                    window,
+                    since: to_utc(start),
+                },
+                in_scope,
+                capacity,
+                next_boundary: None,
+                lead: Secs::try_from(spec.transition.lead_time_seconds).unwrap_or(0),
+                transitions: 0,
+                windows: BTreeMap::new(),
+            };
+            t.plan(start);
+            tracks.push(t);
+        }
+        (!tracks.is_empty()).then_some(Self { tracks })
+    }
+
+    /// The next instant after `now` at which a window changes or a lead time begins.
+    pub fn next_instant(&self, now: Secs) -> Option<Secs> {
+        self.tracks
+            .iter()
+            .filter_map(|t| {
+                let b = t.next_boundary?;
+                let lead = b - t.lead;
+                Some(if lead > now { lead } else { b })
+            })
+            .filter(|&t| t > now)
+            .min()
+    }
+
+    /// Records the changes due at `now`, oldest first. True when something the scheduler
+    /// must look at happened: a change, or the start of a lead time.
+    pub fn advance(&mut self, now: Secs) -> bool {
+        let mut woke = false;
+        for t in &mut self.tracks {
+            if t.next_boundary
+                .is_some_and(|b| b - t.lead == now && t.lead > 0)
+            {
+                woke = true;
+            }
+            if t.next_boundary.is_none_or(|b| b > now) {
+                continue;
+            }
+            for (_, to, at) in due_changes(&t.schedule, &t.recorded, to_utc(now)) {
+                t.recorded = WindowState {
+                    window: to,
+                    since: at,
+                };
+                t.transitions += 1;
+                woke = true;
+            }
+            t.plan(now);
+        }
+        woke
+    }
+
+    /// The quota overrides of every schedule in its recorded window, for a cycle at `now`.
+    pub fn overrides(
+        &self,
+        clusters: &[ClusterView],
+        queues: &[Queue],
+        now: Secs,
+    ) -> Vec<QuotaOverride> {
+        self.tracks
+            .iter()
+            .flat_map(|t| overrides_now(&t.schedule, &t.recorded, clusters, queues, to_utc(now)))
+            .collect()
+    }
+
+    /// `dt` seconds passed with `alloc[c]` GPUs of each side running on member `c`. The
+    /// engine counts only time up to the last arrival.
+    pub fn integrate(&mut self, dt: Secs, alloc: &[[u64; 2]]) {
+        if dt <= 0 {
+            return;
+        }
+        let dt128 = dt as u128;
+        for t in &mut self.tracks {
+            let (mut inf, mut tr) = (0u64, 0u64);
+            for (c, a) in alloc.iter().enumerate() {
+                if t.in_scope.get(c).copied().unwrap_or(false) {
+                    inf += a[0];
+                    tr += a[1];
+                }
+            }
+            let name = t
+                .recorded
+                .window
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WINDOW.to_owned());
+            let acc = t.windows.entry(name).or_default();
+            acc.seconds += dt;
+            acc.inference_gpu_secs += u128::from(inf) * dt128;
+            acc.training_gpu_secs += u128::from(tr) * dt128;
+            acc.capacity_gpu_secs += u128::from(t.capacity) * dt128;
+        }
+    }
+
+    /// The figures of the run, from the accounts and the job records.
+    pub fn finish(&self, records: &[JobRecord], end: Secs) -> TidalSummary {
+        // The notice the schedules give: inference served within it counts as served.
+        let grace = self
+            .tracks
+            .iter()
+            .map(|t| t.schedule.spec.transition.checkpoint_grace_seconds)
+            .max()
+            .unwrap_or(0);
+        let grace = Secs::try_from(grace).unwrap_or(Secs::MAX);
+        let mut unserved = 0u128;
+        let mut late = 0u64;
+        let mut lost = 0u64;
+        for r in records {
+            if FleetSide::of_class(r.class) == FleetSide::Training {
+                lost += r.lost_gpu_seconds;
+                continue;
+            }
+            let waited_until = r.start.or(r.end).unwrap_or(end);
+            let beyond = (waited_until - r.submit - grace).max(0);
+            if beyond > 0 {
+                late += 1;
+                unserved += u128::from(r.gpus) * beyond as u128;
+            }
+        }
+        TidalSummary {
+            grace_seconds: grace as u64,
+            unserved_inference_gpu_hours: hours(unserved),
+            inference_waits_beyond_grace: late,
+            training_work_lost_gpu_hours: lost as f64 / 3600.0,
+            schedules: self.tracks.iter().map(Track::summary).collect(),
+        }
+    }
+}
+
+impl Track {
+    /// Caches the next boundary after `now`.
+    fn plan(&mut self, now: Secs) {
+        let spec = &self.schedule.spec;
+        self.next_boundary = Calendar::new(spec)
+            .ok()
+            .and_then(|c| c.next_change(to_utc(now)).ok().flatten())
+            .map(|c| c.at.timestamp())
+            .filter(|&b| b > now);
+    }
+
+    fn summary(&self) -> ScheduleSummary {
+        ScheduleSummary {
+            schedule: self.schedule.metadata.name.clone(),
+            time_zone: self.schedule.spec.time_zone.clone(),
+            capacity_gpus: self.capacity,
+            transitions: self.transitions,
+            windows: self
+                .windows
+                .iter()
+                .map(|(name, a)| {
+                    let open = a.capacity_gpu_secs.saturating_sub(a.inference_gpu_secs);
+                    (
+                        name.clone(),
+                        WindowSummary {
+                            hours: a.seconds as f64 / 3600.0,
+                            capacity_gpu_hours: hours(a.capacity_gpu_secs),
+                            inference_gpu_hours: hours(a.inference_gpu_secs),
+                            training_gpu_hours: hours(a.training_gpu_secs),
+                            training_share_of_open: ratio(a.training_gpu_secs, open),
+                            utilization: ratio(
+                                a.inference_gpu_secs + a.training_gpu_secs,
+                                a.capacity_gpu_secs,
+                            ),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+fn hours(gpu_secs: u128) -> f64 {
+    gpu_secs as f64 / 3600.0
+}
+
+fn ratio(a: u128, b: u128) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+/// The side a workload's GPUs count for (index into the engine's per-member counters).
+pub(crate) fn side_index(class: WorkloadClass) -> usize {
+    match FleetSide::of_class(class) {
+        FleetSide::Inference => 0,
+        FleetSide::Training => 1,
+    }
+}
+
+/// What a run with quota schedules reports (`summary.json` key `tidal`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TidalSummary {
+    /// The longest checkpoint grace of the schedules: inference that waited longer than
+    /// this counts as not granted.
+    pub grace_seconds: u64,
+    /// Inference GPU demand not granted within the grace period: per inference workload,
+    /// its GPUs times the time it waited beyond the grace (until it started, was deleted,
+    /// or the run ended).
+    pub unserved_inference_gpu_hours: f64,
+    /// Inference workloads that waited longer than the grace period.
+    pub inference_waits_beyond_grace: u64,
+    /// Training-side work lost to preemption and reclaim (GPU time since the last
+    /// checkpoint).
+    pub training_work_lost_gpu_hours: f64,
+    pub schedules: Vec<ScheduleSummary>,
+}
+
+/// One schedule's accounts, per window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleSummary {
+    pub schedule: String,
+    pub time_zone: String,
+    /// GPUs in the schedule's scope.
+    pub capacity_gpus: u64,
+    /// Changes of window applied during the run.
+    pub transitions: u64,
+    pub windows: BTreeMap<String, WindowSummary>,
+}
+
+/// GPU time in scope while one window was open.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowSummary {
+    pub hours: f64,
+    pub capacity_gpu_hours: f64,
+    pub inference_gpu_hours: f64,
+    pub training_gpu_hours: f64,
+    /// Training GPU time over the capacity inference left open: the share of what
+    /// training could have used that it did use.
+    pub training_share_of_open: Option<f64>,
+    /// Both sides' GPU time over the capacity.
+    pub utilization: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{
+        QuotaAmount, QuotaScheduleSpec, QuotaTarget, QuotaWindow, ScheduleScope, Transition,
+        WindowQuota,
+    };
+
+    use super::*;
+    use crate::time::parse_time;
+
+    fn schedule(lead: u64) -> QuotaSchedule {
+        let q = |g| {
+            vec![WindowQuota {
+                target: QuotaTarget::Pool("inference".into()),
+                flavor: None,
+                amount: QuotaAmount::Gpus(g),
+            }]
+        };
+        QuotaSchedule::new(
+            "tide",
+            QuotaScheduleSpec {
+                time_zone: "Europe/Berlin".into(),
+                windows: vec![
+                    QuotaWindow::daily("day", "08:00", "22:00", q(8)),
+                    QuotaWindow::daily("night", "22:00", "08:00", q(2)),
+                ],
+                default_quotas: None,
+                transition: Transition {
+                    lead_time_seconds: lead,
+                    ..Transition::default()
+                },
+                scope: ScheduleScope::default(),
+            },
+        )
+    }
+
+    fn t(s: &str) -> Secs {
+        parse_time(s).unwrap()
+    }
+
+    #[test]
+    fn windows_change_at_their_local_boundaries_once_each() {
+        let mut notes = Vec::new();
+        // 2030-01-01 05:00 UTC is 06:00 in Berlin: night.
+        let start = t("2030-01-01T05:00:00Z");
+        let mut tides = Tides::new(&[schedule(600)], &[], start, &mut notes).unwrap();
+        assert_eq!(tides.tracks[0].recorded.window.as_deref(), Some("night"));
+        // The lead time before 08:00 Berlin (07:00 UTC), then the boundary.
+        let lead = tides.next_instant(start).unwrap();
+        assert_eq!(lead, t("2030-01-01T06:50:00Z"));
+        assert!(tides.advance(lead), "the lead time wakes the scheduler");
+        assert_eq!(tides.tracks[0].recorded.window.as_deref(), Some("night"));
+        let b = tides.next_instant(lead).unwrap();
+        assert_eq!(b, t("2030-01-01T07:00:00Z"));
+        assert!(tides.advance(b));
+        assert_eq!(tides.tracks[0].recorded.window.as_deref(), Some("day"));
+        assert!(!tides.advance(b), "never applied twice");
+        assert_eq!(tides.tracks[0].transitions, 1);
+        // Skipping ahead a day replays both changes in order.
+        assert!(tides.advance(t("2030-01-02T07:30:00Z")));
+        assert_eq!(tides.tracks[0].transitions, 3);
+        assert_eq!(tides.tracks[0].recorded.window.as_deref(), Some("day"));
+        assert_eq!(
+            tides.next_instant(t("2030-01-02T07:30:00Z")),
+            Some(t("2030-01-02T20:50:00Z"))
+        );
+    }
+
+    #[test]
+    fn accounts_split_by_window_and_side() {
+        let mut notes = Vec::new();
+        let start = t("2030-01-01T20:00:00Z"); // 21:00 Berlin: day
+        let mut tides = Tides::new(&[schedule(0)], &[], start, &mut notes).unwrap();
+        tides.tracks[0].capacity = 10;
+        tides.tracks[0].in_scope = vec![true, false];
+        let alloc = [[2, 6], [5, 5]];
+        tides.integrate(3600, &alloc);
+        assert!(tides.advance(t("2030-01-01T21:00:00Z")));
+        tides.integrate(7200, &[[1, 9], [0, 0]]);
+        let s = tides.finish(&[], t("2030-01-01T23:00:00Z"));
+        let day = &s.schedules[0].windows["day"];
+        assert_eq!(day.hours, 1.0);
+        assert_eq!(day.inference_gpu_hours, 2.0, "member 1 is out of scope");
+        assert_eq!(day.training_share_of_open, Some(6.0 / 8.0));
+        let night = &s.schedules[0].windows["night"];
+        assert_eq!(night.training_gpu_hours, 18.0);
+        assert_eq!(night.utilization, Some(1.0));
+    }
+}
