@@ -109,6 +109,9 @@ fn run_blocking(a: SimulateArgs) -> anyhow::Result<()> {
     for n in &s.notes {
         println!("note: {n}");
     }
+    for w in &s.warnings {
+        eprintln!("warning: {w}");
+    }
     println!("wrote {} in {}", output::FILES.join(", "), a.out.display());
     if o.jobs.submitted > 0 && o.jobs.rejected == o.jobs.submitted {
         // Nothing was simulated: a wrong queue map or fleet, not a result to compare.

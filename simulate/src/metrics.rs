@@ -252,6 +252,9 @@ pub struct Summary {
     pub utilization_while_submitting: f64,
     /// Caveats of this run (e.g. settings the simulator does not model).
     pub notes: Vec<String>,
+    /// Problems with the inputs that make the results doubtful (e.g. guarantees that add
+    /// up to more than the fleet); also printed on the terminal.
+    pub warnings: Vec<String>,
 }
 
 /// One `timeseries.csv` row.

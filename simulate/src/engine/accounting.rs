@@ -68,6 +68,7 @@ pub(super) struct SummaryInput<'a> {
     pub sched: SchedStats,
     pub traces: Vec<super::super::trace::TraceReport>,
     pub notes: Vec<String>,
+    pub warnings: Vec<String>,
     pub pools: Vec<PoolLine<'a>>,
     pub queues: Vec<QueueLine<'a>>,
 }
@@ -272,6 +273,7 @@ impl Accounting {
                 fleet_gpus as f64 * submitting as f64,
             ),
             notes: s.notes,
+            warnings: s.warnings,
         };
         (summary, self.samples)
     }

@@ -110,6 +110,8 @@ pub struct Engine {
     sched: Option<SchedState>,
     traces: Vec<TraceReport>,
     notes: Vec<String>,
+    /// Problems with the inputs that make results doubtful (over-committed guarantees).
+    warnings: Vec<String>,
     default_flavor: String,
     first: Secs,
     last_arrival: Secs,
@@ -198,6 +200,12 @@ impl Engine {
                 "preemption is off: simulator.runningView aggregate cannot name victims".into(),
             );
         }
+        let mut warnings = overcommitted(&policy, &fleet);
+        if settings.head_window.is_some() {
+            warnings.push(
+                "simulator.headWindow is ignored: every cycle shows the core all pending work that could change a decision (see simulator.pendingView)".into(),
+            );
+        }
         let acc = Accounting::new(fleet.pool_count(), nq, first, sample_every);
         let mut engine = Self {
             settings,
@@ -216,6 +224,7 @@ impl Engine {
             sched,
             traces,
             notes,
+            warnings,
             default_flavor,
             first,
             last_arrival,
@@ -506,6 +515,7 @@ impl Engine {
                 .unwrap_or_default(),
             traces: std::mem::take(&mut self.traces),
             notes: std::mem::take(&mut self.notes),
+            warnings: std::mem::take(&mut self.warnings),
             pools,
             queues,
         };
@@ -517,4 +527,30 @@ impl Engine {
             records,
         }
     }
+}
+
+/// Guarantees that add up to more GPUs of a flavor than the fleet has: the core cannot keep
+/// every promise at once, so a result measured on such a policy is not the policy's.
+fn overcommitted(policy: &tideway_api::Policy, fleet: &Fleet) -> Vec<String> {
+    let mut have: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for p in (0..fleet.pool_count()).filter_map(|p| fleet.pool(p)) {
+        *have.entry(p.flavor).or_default() += p.total;
+    }
+    let mut promised: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for q in &policy.spec.queues {
+        for fq in &q.spec.quotas {
+            *promised.entry(fq.flavor.as_str()).or_default() += u64::from(fq.guaranteed);
+        }
+    }
+    promised
+        .into_iter()
+        .filter_map(|(flavor, sum)| {
+            let fleet_gpus = have.get(flavor).copied().unwrap_or(0);
+            (sum > fleet_gpus).then(|| {
+                format!(
+                    "guarantees are over-committed: queues are guaranteed {sum} {flavor} GPUs, the fleet has {fleet_gpus}"
+                )
+            })
+        })
+        .collect()
 }

@@ -10,3 +10,4 @@ mod common;
 mod t10_cross_check;
 mod t30_traces;
 mod t40_scheduler_mode;
+mod t50_pending_view;
