@@ -106,6 +106,18 @@ fn run_blocking(a: SimulateArgs) -> anyhow::Result<()> {
         s.run.scheduler_cycles,
         s.run.scheduler_wall_seconds
     );
+    if let Some(e) = &s.estimates {
+        println!(
+            "run-time estimates: {}; {} completed jobs estimated ({} under, {} over, median estimate/actual {:.2}), {} without; {:.1} GPU-hours held idle by reservations",
+            e.source,
+            e.estimated,
+            e.under,
+            e.over,
+            e.median_ratio,
+            e.defaulted,
+            e.reserved_idle_gpu_hours
+        );
+    }
     for n in &s.notes {
         println!("note: {n}");
     }

@@ -299,8 +299,11 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Estimates {
-    /// No estimates: what users typically give.
+    /// The live leader's online estimator, learned from the jobs completed so far in the
+    /// run (the trace's durations are never read before a job ends).
     #[default]
+    Online,
+    /// No estimates at all: the core plans with its conservative default.
     None,
     /// The true duration (an oracle, as SJF/SRTF in the Helios study assume).
     Exact,

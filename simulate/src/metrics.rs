@@ -227,6 +227,27 @@ pub struct RunStats {
     pub reservations: u64,
 }
 
+/// What the scheduler planned with, against what jobs took (`summary.json` `estimates`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EstimateSummary {
+    /// `online` (learned as the live leader does), `none`, or `exact (oracle)`.
+    pub source: String,
+    /// The trace's true durations were given to the scheduler.
+    pub oracle: bool,
+    /// Completed jobs dispatched with an estimate, and without one (the default assumed).
+    pub estimated: u64,
+    pub defaulted: u64,
+    /// Of the estimated: estimate below / above the run time.
+    pub under: u64,
+    pub over: u64,
+    /// Median of estimate / run time over the estimated.
+    pub median_ratio: f64,
+    /// GPU-hours that reservations kept idle: free GPUs of a reserved cluster, up to the
+    /// holder's gang size, while the reservation was held.
+    pub reserved_idle_gpu_hours: f64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
@@ -252,6 +273,9 @@ pub struct Summary {
     pub utilization_while_submitting: f64,
     /// Caveats of this run (e.g. settings the simulator does not model).
     pub notes: Vec<String>,
+    /// Scheduler mode: run-time estimates against run times, reserved-but-idle time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimates: Option<EstimateSummary>,
     /// Problems with the inputs that make the results doubtful (e.g. guarantees that add
     /// up to more than the fleet); also printed on the terminal.
     pub warnings: Vec<String>,

@@ -23,15 +23,16 @@ use tideway_api::clock::{Clock, RealClock};
 
 use rustc_hash::FxHashSet;
 use tideway_api::Policy;
+use tideway_api::Workload;
 use tideway_scheduler::{
     Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation, RunningWorkload,
-    SchedulerInput, schedule,
+    RuntimeEstimator, SchedulerInput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
-use super::config::{PendingView, RunningView, SimulatorSettings};
+use super::config::{Estimates, PendingView, RunningView, SimulatorSettings};
 use super::engine::{Engine, Fleet, Jobs, Key, Queue};
-use super::metrics;
+use super::metrics::{self, EstimateSummary};
 use super::time::{Secs, to_utc};
 
 /// Re-runs of a cycle at one instant when the window left fitting work out.
@@ -57,6 +58,29 @@ pub(crate) struct SchedState {
     pending_view: PendingView,
     lookahead: usize,
     stats: SchedStats,
+    /// The live leader's estimator, fed with each job that completes (`online` estimates).
+    estimator: Option<RuntimeEstimator>,
+    /// Per job: the run-time estimate the core was last shown for it (`None`: it had none
+    /// and the core assumed its default).
+    planned: Vec<Option<u64>>,
+    accuracy: Accuracy,
+    /// Reserved-but-idle accounting: when the last cycle ran and the GPUs its
+    /// reservations held idle then.
+    last_cycle_at: Option<Secs>,
+    reserved_idle: u64,
+    reserved_idle_gpu_seconds: u128,
+    /// GPUs of each reservation holder, by uid.
+    reserved_size: rustc_hash::FxHashMap<String, u64>,
+}
+
+/// How the run-time estimates the core planned with compared with what jobs really took.
+#[derive(Debug, Default, Clone)]
+struct Accuracy {
+    /// Estimate / actual of every completed job that had an estimate.
+    ratios: Vec<f64>,
+    under: u64,
+    over: u64,
+    defaulted: u64,
 }
 
 impl SchedState {
@@ -104,6 +128,84 @@ impl SchedState {
             pending_view: settings.pending_view,
             lookahead: settings.lookahead,
             stats: SchedStats::default(),
+            estimator: (settings.runtime_estimates == Estimates::Online)
+                .then(RuntimeEstimator::default),
+            planned: vec![None; jobs],
+            accuracy: Accuracy::default(),
+            last_cycle_at: None,
+            reserved_idle: 0,
+            reserved_idle_gpu_seconds: 0,
+            reserved_size: rustc_hash::FxHashMap::default(),
+        }
+    }
+
+    /// Adds the GPUs the held reservations kept idle since the last cycle (free GPUs of the
+    /// reserved cluster, up to the holder's size, as of now) and notes them for the next.
+    fn count_reserved_idle(&mut self, now: Secs, fleet: &Fleet) {
+        if let Some(last) = self.last_cycle_at {
+            let span = u128::from((now - last).max(0).unsigned_abs());
+            self.reserved_idle_gpu_seconds += span * u128::from(self.reserved_idle);
+        }
+        self.last_cycle_at = Some(now);
+        let free: Vec<u64> = fleet.free_per_member().collect();
+        self.reserved_idle = self
+            .reservations
+            .iter()
+            .filter_map(|r| {
+                let c = fleet.member_id(r.cluster.as_str())?;
+                let size = self.reserved_size.get(r.uid.as_str()).copied().unwrap_or(0);
+                Some(free.get(c).copied().unwrap_or(0).min(size))
+            })
+            .sum();
+    }
+
+    /// The run-time estimate the core was last shown for job `j`.
+    pub fn planned(&self, j: u32) -> Option<u64> {
+        self.planned.get(j as usize).copied().flatten()
+    }
+
+    /// Job `j` (workload `w`) completed after running `ran` seconds: the estimator learns
+    /// from it, and the estimate it was dispatched with is scored.
+    pub(crate) fn completed(&mut self, j: u32, w: &Workload, ran: u64) {
+        if let Some(e) = &mut self.estimator {
+            e.observe(w, ran);
+        }
+        match self.planned(j) {
+            None => self.accuracy.defaulted += 1,
+            Some(est) => {
+                if est < ran {
+                    self.accuracy.under += 1;
+                } else if est > ran {
+                    self.accuracy.over += 1;
+                }
+                self.accuracy.ratios.push(est as f64 / (ran.max(1)) as f64);
+            }
+        }
+    }
+
+    /// Estimate accuracy and reserved-but-idle time, for the summary.
+    pub fn estimate_summary(&self, source: Estimates) -> EstimateSummary {
+        let mut ratios = self.accuracy.ratios.clone();
+        ratios.sort_unstable_by(f64::total_cmp);
+        let median_ratio = if ratios.is_empty() {
+            0.0
+        } else {
+            ratios[(ratios.len() - 1) / 2]
+        };
+        EstimateSummary {
+            source: match source {
+                Estimates::Online => "online",
+                Estimates::None => "none",
+                Estimates::Exact => "exact (oracle)",
+            }
+            .to_owned(),
+            oracle: source == Estimates::Exact,
+            estimated: ratios.len() as u64,
+            defaulted: self.accuracy.defaulted,
+            under: self.accuracy.under,
+            over: self.accuracy.over,
+            median_ratio,
+            reserved_idle_gpu_hours: self.reserved_idle_gpu_seconds as f64 / 3600.0,
         }
     }
 
@@ -343,6 +445,7 @@ impl Engine {
         };
         let now = self.now();
         self.refresh_all();
+        st.count_reserved_idle(now, self.fleet());
 
         // Free capacity bounds what could start.
         let largest_free = self.fleet().free_per_member().max().unwrap_or(0);
@@ -416,8 +519,21 @@ impl Engine {
 
         // The input: pending moved in, running view, digests, budget.
         st.input.pending.clear();
+        // Which workloads got the learned estimate (their own copy is given back without).
+        let mut filled: Vec<bool> = Vec::with_capacity(chosen.len());
         for &j in &chosen {
-            if let Some(w) = self.take_workload(j) {
+            if let Some(mut w) = self.take_workload(j) {
+                let mut learned = false;
+                if w.spec.runtime_estimate_seconds.is_none()
+                    && let Some(e) = st.estimator.as_ref().and_then(|e| e.estimate(&w))
+                {
+                    w.spec.runtime_estimate_seconds = Some(e.seconds.max(1));
+                    learned = true;
+                }
+                if let Some(slot) = st.planned.get_mut(j as usize) {
+                    *slot = w.spec.runtime_estimate_seconds;
+                }
+                filled.push(learned);
                 st.input.pending.push(PendingWorkload {
                     workload: *w,
                     submitted_at: to_utc(self.jobs().job(j).submit),
@@ -441,7 +557,13 @@ impl Engine {
         st.stats.cycles += 1;
 
         self.put_views(std::mem::take(&mut st.input.clusters));
-        for p in std::mem::take(&mut st.input.pending) {
+        for (i, mut p) in std::mem::take(&mut st.input.pending)
+            .into_iter()
+            .enumerate()
+        {
+            if filled.get(i).copied().unwrap_or(false) {
+                p.workload.spec.runtime_estimate_seconds = None;
+            }
             let uid = p.workload.metadata.uid.as_deref().unwrap_or_default();
             if let Some(j) = self.jobs().id(uid) {
                 self.put_workload(j, Box::new(p.workload));
@@ -505,6 +627,10 @@ impl Engine {
                         continue;
                     };
                     self.set_reason(j, metrics::reason_index(&reason));
+                    let size: u64 = self.jobs().request(j).iter().map(|(_, g)| g).sum();
+                    if let Some(st) = self.sched_mut() {
+                        st.reserved_size.insert(uid.as_str().to_owned(), size);
+                    }
                     let created_at = match old.iter().find(|r| uid == r.uid.as_str()) {
                         Some(r) => r.created_at,
                         None => {
@@ -530,6 +656,8 @@ impl Engine {
         }
         let mut refill = None;
         if let Some(st) = self.sched_mut() {
+            st.reserved_size
+                .retain(|uid, _| reservations.iter().any(|r| r.uid.as_str() == uid));
             st.reservations = reservations;
             let budget = st.budget(now);
             if budget.remaining() == 0 {
@@ -582,8 +710,12 @@ impl SchedState {
                 return;
             };
             // Its position is the one it took among the active jobs (the last).
+            let mut workload = w.clone();
+            if workload.spec.runtime_estimate_seconds.is_none() {
+                workload.spec.runtime_estimate_seconds = self.planned(j);
+            }
             self.input.running.push(RunningWorkload {
-                workload: w.clone(),
+                workload,
                 cluster: fleet.name(c as usize).to_owned(),
                 pool: jobs.pool(j).unwrap_or_default().to_owned(),
                 placements: Vec::new(),

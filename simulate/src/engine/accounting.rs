@@ -69,6 +69,7 @@ pub(super) struct SummaryInput<'a> {
     pub traces: Vec<super::super::trace::TraceReport>,
     pub notes: Vec<String>,
     pub warnings: Vec<String>,
+    pub estimates: Option<super::super::metrics::EstimateSummary>,
     pub pools: Vec<PoolLine<'a>>,
     pub queues: Vec<QueueLine<'a>>,
 }
@@ -274,6 +275,7 @@ impl Accounting {
             ),
             notes: s.notes,
             warnings: s.warnings,
+            estimates: s.estimates,
         };
         (summary, self.samples)
     }

@@ -291,6 +291,11 @@ impl Jobs {
     }
 
     /// When the current attempt started running, if it runs.
+    /// Sets what the scheduler assumes about the job's run time while it runs.
+    pub fn set_estimate(&mut self, j: u32, secs: u64) {
+        self.js[j as usize].estimate = i64::try_from(secs).unwrap_or(i64::MAX / 4);
+    }
+
     pub fn running_since(&self, j: u32) -> Option<Secs> {
         let s = &self.js[j as usize];
         (s.phase == Phase::Running).then_some(s.run_start)

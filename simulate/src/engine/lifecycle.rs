@@ -163,6 +163,10 @@ impl Engine {
         }
         self.fleet.mark_dirty(c);
         if let Some(st) = &mut self.sched {
+            // Planned with what the core was told when it chose this job.
+            if let Some(secs) = st.planned(j) {
+                self.jobs.set_estimate(j, secs);
+            }
             st.assigned(j, &self.jobs, &self.fleet, self.now);
         }
         true
@@ -191,6 +195,10 @@ impl Engine {
             match ch.phase {
                 LocalPhase::Running => self.start(j, c, at),
                 LocalPhase::Succeeded => {
+                    let ran = self.jobs.ran(j, at);
+                    if let (Some(st), Some(w)) = (&mut self.sched, self.jobs.workload(j)) {
+                        st.completed(j, w, ran);
+                    }
                     self.stop(j, at);
                     self.jobs.set_phase(j, Phase::Done);
                     self.jobs.drop_workload(j);

@@ -516,6 +516,10 @@ impl Engine {
             traces: std::mem::take(&mut self.traces),
             notes: std::mem::take(&mut self.notes),
             warnings: std::mem::take(&mut self.warnings),
+            estimates: self
+                .sched
+                .as_ref()
+                .map(|st| st.estimate_summary(self.settings.runtime_estimates)),
             pools,
             queues,
         };
