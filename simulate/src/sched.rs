@@ -26,7 +26,7 @@ use tideway_api::Policy;
 use tideway_api::Workload;
 use tideway_scheduler::{
     Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation, RunningWorkload,
-    RuntimeEstimator, SchedulerInput, schedule,
+    RuntimeEstimator, SchedulerInput, SchedulerOutput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
@@ -71,6 +71,9 @@ pub(crate) struct SchedState {
     reserved_idle_gpu_seconds: u128,
     /// GPUs of each reservation holder, by uid.
     reserved_size: rustc_hash::FxHashMap<String, u64>,
+    /// Keep the next cycle's input and output (`Engine::first_cycle`).
+    capture: bool,
+    captured: Option<(SchedulerInput, SchedulerOutput)>,
 }
 
 /// How the run-time estimates the core planned with compared with what jobs really took.
@@ -136,6 +139,8 @@ impl SchedState {
             reserved_idle: 0,
             reserved_idle_gpu_seconds: 0,
             reserved_size: rustc_hash::FxHashMap::default(),
+            capture: false,
+            captured: None,
         }
     }
 
@@ -157,6 +162,16 @@ impl SchedState {
                 Some(free.get(c).copied().unwrap_or(0).min(size))
             })
             .sum();
+    }
+
+    /// Keeps the next cycle's input and output.
+    pub(crate) fn capture_first(&mut self) {
+        self.capture = true;
+    }
+
+    /// The kept cycle, once.
+    pub(crate) fn captured(&mut self) -> Option<(SchedulerInput, SchedulerOutput)> {
+        self.captured.take()
     }
 
     /// The run-time estimate the core was last shown for job `j`.
@@ -554,6 +569,9 @@ impl Engine {
         let t0 = RealClock.instant();
         let out = schedule(&st.input);
         st.stats.wall += t0.elapsed();
+        if std::mem::take(&mut st.capture) {
+            st.captured = Some((st.input.clone(), out.clone()));
+        }
         st.stats.cycles += 1;
 
         self.put_views(std::mem::take(&mut st.input.clusters));

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use tideway_api::Policy;
 use tideway_api::clock::{Clock, RealClock};
-use tideway_scheduler::{ClusterView, QuotaBook};
+use tideway_scheduler::{ClusterView, QuotaBook, SchedulerInput, SchedulerOutput};
 
 use super::config::{Member, Mode, SimPolicy, SimulatorSettings};
 use super::metrics::{self, JobRecord, Sample, Summary};
@@ -241,58 +241,7 @@ impl Engine {
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> RunOutput {
         self.started = RealClock.instant();
         let mut since_progress = 0u32;
-        loop {
-            let next_arrival = self.next_pending_arrival();
-            let next_event = self.heap.peek().map(|Reverse(e)| e.at);
-            let t = match (next_arrival, next_event) {
-                (Some(a), Some(e)) => a.min(e),
-                (Some(a), None) => a,
-                (None, Some(e)) => e,
-                (None, None) => break,
-            };
-            self.advance(t);
-
-            let mut ticks: Vec<u32> = Vec::new();
-            let mut removals: Vec<u32> = Vec::new();
-            while let Some(Reverse(e)) = self.heap.peek().copied() {
-                if e.at != t {
-                    break;
-                }
-                self.heap.pop();
-                self.acc.count_event();
-                match e.kind {
-                    EventKind::Tick => ticks.push(e.id),
-                    EventKind::Remove => removals.push(e.id),
-                    EventKind::Wake => self.changed = true,
-                }
-            }
-            ticks.sort_unstable();
-            ticks.dedup();
-            for c in ticks {
-                let changes = self.fleet.tick(c as usize, t);
-                self.apply(c, changes);
-            }
-            for j in removals {
-                self.remove(j);
-            }
-            while let Some(a) = self.next_pending_arrival() {
-                if a != t {
-                    break;
-                }
-                let j = self.next_arrival as u32;
-                self.next_arrival += 1;
-                self.acc.count_event();
-                self.arrive(j);
-            }
-
-            if self.changed && self.jobs.pending_count() > 0 {
-                match self.settings.mode {
-                    Mode::Fifo => self.fifo_step(),
-                    Mode::Scheduler => self.scheduler_step(),
-                }
-            }
-            self.changed = false;
-
+        while self.step() {
             since_progress += 1;
             if since_progress >= 2048 {
                 since_progress = 0;
@@ -301,6 +250,75 @@ impl Engine {
         }
         progress(&self.progress());
         self.finish()
+    }
+
+    /// Processes every event of the next instant (and admission then); false when nothing
+    /// is left.
+    fn step(&mut self) -> bool {
+        let next_arrival = self.next_pending_arrival();
+        let next_event = self.heap.peek().map(|Reverse(e)| e.at);
+        let t = match (next_arrival, next_event) {
+            (Some(a), Some(e)) => a.min(e),
+            (Some(a), None) => a,
+            (None, Some(e)) => e,
+            (None, None) => return false,
+        };
+        self.advance(t);
+
+        let mut ticks: Vec<u32> = Vec::new();
+        let mut removals: Vec<u32> = Vec::new();
+        while let Some(Reverse(e)) = self.heap.peek().copied() {
+            if e.at != t {
+                break;
+            }
+            self.heap.pop();
+            self.acc.count_event();
+            match e.kind {
+                EventKind::Tick => ticks.push(e.id),
+                EventKind::Remove => removals.push(e.id),
+                EventKind::Wake => self.changed = true,
+            }
+        }
+        ticks.sort_unstable();
+        ticks.dedup();
+        for c in ticks {
+            let changes = self.fleet.tick(c as usize, t);
+            self.apply(c, changes);
+        }
+        for j in removals {
+            self.remove(j);
+        }
+        while let Some(a) = self.next_pending_arrival() {
+            if a != t {
+                break;
+            }
+            let j = self.next_arrival as u32;
+            self.next_arrival += 1;
+            self.acc.count_event();
+            self.arrive(j);
+        }
+
+        if self.changed && self.jobs.pending_count() > 0 {
+            match self.settings.mode {
+                Mode::Fifo => self.fifo_step(),
+                Mode::Scheduler => self.scheduler_step(),
+            }
+        }
+        self.changed = false;
+        true
+    }
+
+    /// Scheduler mode: runs up to the first scheduling cycle and returns the input the
+    /// simulator gave the core there and the core's output, so a test can build the same
+    /// input the live leader's way and compare.
+    pub fn first_cycle(mut self) -> Option<(SchedulerInput, SchedulerOutput)> {
+        self.sched.as_mut()?.capture_first();
+        while self.step() {
+            if let Some(c) = self.sched.as_mut().and_then(SchedState::captured) {
+                return Some(c);
+            }
+        }
+        None
     }
 
     fn progress(&self) -> Progress {
