@@ -58,6 +58,8 @@ pub enum Outcome {
     Unfinished,
     /// Refused at submission (unknown queue, never fits, ...).
     Rejected,
+    /// Stopped by its member at its `runtimeLimitSeconds` (its own or its queue's).
+    TimedOut,
 }
 
 impl Outcome {
@@ -67,6 +69,7 @@ impl Outcome {
             Self::Removed => "removed",
             Self::Unfinished => "unfinished",
             Self::Rejected => "rejected",
+            Self::TimedOut => "timed-out",
         }
     }
 }
@@ -164,6 +167,8 @@ pub struct JobCounts {
     pub removed: u64,
     /// Pending or running when the run ended.
     pub unfinished: u64,
+    /// Stopped at their run-time limit.
+    pub timed_out: u64,
     /// Removed or unfinished without ever starting.
     pub never_started: u64,
 }

@@ -23,6 +23,8 @@ pub(super) enum Phase {
     Assigned,
     Running,
     Done,
+    /// Stopped at its run-time limit.
+    TimedOut,
     Removed,
     Rejected,
 }
@@ -518,7 +520,7 @@ impl Jobs {
                 submit: job.submit,
                 start: s.first_start,
                 end: match s.phase {
-                    Phase::Done | Phase::Removed => s.end,
+                    Phase::Done | Phase::TimedOut | Phase::Removed => s.end,
                     _ => None,
                 },
                 cluster: s.cluster.map(&cluster),
@@ -533,6 +535,7 @@ impl Jobs {
                 lost_gpu_seconds: s.lost_gpu_seconds,
                 outcome: match s.phase {
                     Phase::Done => Outcome::Succeeded,
+                    Phase::TimedOut => Outcome::TimedOut,
                     Phase::Removed => Outcome::Removed,
                     Phase::Rejected => Outcome::Rejected,
                     _ => Outcome::Unfinished,

@@ -63,3 +63,69 @@ fn online_by_default_oracle_only_when_asked() {
         none.records.iter().map(|r| r.start).collect::<Vec<_>>()
     );
 }
+
+/// A queue's time limits, as the live API applies them: its default for work that names
+/// none (the member stops it there, and it is not retried), its maximum enforced.
+#[test]
+fn queue_time_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clusters = write(
+        &dir,
+        "clusters.yaml",
+        "clusters:\n  - name: c\n    region: r\n    uniform: { nodes: 2, nodesPerRack: 2, gpusPerNode: 8, model: P100 }\n",
+    );
+    let policy = write(
+        &dir,
+        "policy.yaml",
+        "apiVersion: tideway.dev/v1alpha1
+kind: Policy
+metadata: { name: limits }
+spec:
+  queues:
+    - apiVersion: tideway.dev/v1alpha1
+      kind: Queue
+      metadata: { name: a }
+      spec: { tenant: a, defaultRuntimeLimitSeconds: 100, maxRuntimeLimitSeconds: 200, quotas: [{ flavor: P100, guaranteed: 16 }] }
+simulator:
+  mode: scheduler
+",
+    );
+    let job = |name: &str, limit: &str, runtime: u64| {
+        format!(
+            r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"a","class":"training",{limit}"podSets":[{{"name":"w","count":1,"gpusPerPod":1,"flavor":"P100"}}]}},"submitAt":0,"runtimeSeconds":{runtime}}}"#
+        )
+    };
+    let trace = write(
+        &dir,
+        "t.jsonl",
+        &[
+            job("long", "", 500),
+            job("short", "", 50),
+            job("own", r#""runtimeLimitSeconds":150,"#, 500),
+            job("greedy", r#""runtimeLimitSeconds":300,"#, 50),
+        ]
+        .join("\n"),
+    );
+    let out = simulate(clusters, policy, &[format!("jsonl:{}", trace.display())], 0);
+    let rec = |n: &str| out.records.iter().find(|r| r.uid == n).expect(n);
+    use tideway_simulate::metrics::Outcome;
+    assert_eq!(rec("long").outcome, Outcome::TimedOut);
+    assert_eq!(
+        rec("long").end,
+        Some(100),
+        "stopped at the queue's default limit"
+    );
+    assert_eq!(rec("short").outcome, Outcome::Succeeded);
+    assert_eq!(
+        rec("own").end,
+        Some(150),
+        "its own limit, within the maximum"
+    );
+    assert_eq!(rec("greedy").outcome, Outcome::Rejected);
+    let why = rec("greedy").reject_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("spec.runtimeLimitSeconds") && why.contains("200"),
+        "{why}"
+    );
+    assert_eq!(out.summary.overall.jobs.timed_out, 2);
+}
