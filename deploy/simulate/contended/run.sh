@@ -13,6 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 bin="${TIDEWAY:-$here/../../../target/release/tideway}"
 out="${1:-/tmp/tideway-contended}"
 trace="philly:$TRACES/philly/philly.csv"
+mkdir -p "$out"
 
 rows=(
   "global FIFO|clusters.yaml|policy-fifo.yaml"
