@@ -129,8 +129,23 @@ fn run_blocking(a: SimulateArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(e) = &s.estimates {
+        println!(
+            "run-time estimates: {}; {} completed jobs estimated ({} under, {} over, median estimate/actual {:.2}), {} without; {:.1} GPU-hours held idle by reservations",
+            e.source,
+            e.estimated,
+            e.under,
+            e.over,
+            e.median_ratio,
+            e.defaulted,
+            e.reserved_idle_gpu_hours
+        );
+    }
     for n in &s.notes {
         println!("note: {n}");
+    }
+    for w in &s.warnings {
+        eprintln!("warning: {w}");
     }
     println!("wrote {} in {}", output::FILES.join(", "), a.out.display());
     if o.jobs.submitted > 0 && o.jobs.rejected == o.jobs.submitted {

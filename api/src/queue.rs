@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{API_VERSION, ObjectMeta, impl_resource};
-use crate::validation::{CheckAt, Checker, at, impl_validate};
+use crate::validation::{CheckAt, Checker, FieldError, at, impl_validate};
 use crate::workload::WorkloadClass;
 
 /// Larger than any fleet; only guards arithmetic against absurd input.
@@ -73,6 +73,15 @@ pub struct QueueSpec {
     /// Caps admitted-or-running workloads per user so one person cannot drain the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_user_active_limit: Option<u32>,
+    /// The `runtimeLimitSeconds` a workload submitted without one gets (Slurm's partition
+    /// `DefaultTime`): backfill and reservations can then plan with a bound instead of the
+    /// conservative default, and the member stops the workload there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_runtime_limit_seconds: Option<u64>,
+    /// The largest `runtimeLimitSeconds` the queue accepts (Slurm's `MaxTime`); a workload
+    /// asking for more is refused at submission, naming the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_limit_seconds: Option<u64>,
 }
 
 fn default_weight() -> f64 {
@@ -90,6 +99,26 @@ impl QueueSpec {
             fair_share_weight: default_weight(),
             preemption: QueuePreemption::default(),
             per_user_active_limit: None,
+            default_runtime_limit_seconds: None,
+            max_runtime_limit_seconds: None,
+        }
+    }
+
+    /// Applies the queue's time limits to a workload submitted to it: the default limit when
+    /// it names none (or the maximum when only that is set), and a refusal naming
+    /// `spec.runtimeLimitSeconds` when it asks for more than the maximum.
+    pub fn apply_time_limits(&self, spec: &mut crate::WorkloadSpec) -> Result<(), FieldError> {
+        if spec.runtime_limit_seconds.is_none() {
+            spec.runtime_limit_seconds = self
+                .default_runtime_limit_seconds
+                .or(self.max_runtime_limit_seconds);
+        }
+        match (spec.runtime_limit_seconds, self.max_runtime_limit_seconds) {
+            (Some(limit), Some(max)) if limit > max => Err(FieldError::new(
+                "spec.runtimeLimitSeconds",
+                format!("must be at most the queue's maxRuntimeLimitSeconds ({max}) (got {limit})"),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -221,6 +250,32 @@ impl CheckAt for QueueSpec {
         if let Some(cohort) = &self.cohort {
             c.name(at(p, "cohort"), cohort);
         }
+        for (name, v) in [
+            (
+                "defaultRuntimeLimitSeconds",
+                self.default_runtime_limit_seconds,
+            ),
+            ("maxRuntimeLimitSeconds", self.max_runtime_limit_seconds),
+        ] {
+            if let Some(v) = v {
+                c.range(
+                    at(p, name),
+                    v,
+                    1,
+                    crate::workload::MAX_RUNTIME_ESTIMATE_SECONDS,
+                );
+            }
+        }
+        if let (Some(d), Some(m)) = (
+            self.default_runtime_limit_seconds,
+            self.max_runtime_limit_seconds,
+        ) && d > m
+        {
+            c.push(
+                at(p, "defaultRuntimeLimitSeconds"),
+                format!("must not exceed maxRuntimeLimitSeconds ({m}) (got {d})"),
+            );
+        }
         c.unique(
             p,
             "classes",
@@ -279,6 +334,43 @@ mod tests {
     use super::*;
     use crate::decode::{decode_json, decode_yaml};
     use crate::validation::Validate;
+
+    #[test]
+    fn time_limits_default_and_cap() {
+        let mut q = QueueSpec::new("t");
+        q.default_runtime_limit_seconds = Some(3600);
+        q.max_runtime_limit_seconds = Some(7200);
+        let mut spec = crate::WorkloadSpec::new(
+            "q",
+            WorkloadClass::Training,
+            vec![crate::PodSet::new("w", 1, 1, "H100")],
+        );
+        q.apply_time_limits(&mut spec).unwrap();
+        assert_eq!(spec.runtime_limit_seconds, Some(3600), "default applied");
+        spec.runtime_limit_seconds = Some(5000);
+        q.apply_time_limits(&mut spec).unwrap();
+        assert_eq!(spec.runtime_limit_seconds, Some(5000), "own limit kept");
+        spec.runtime_limit_seconds = Some(9000);
+        let e = q.apply_time_limits(&mut spec).unwrap_err();
+        assert_eq!(e.field, "spec.runtimeLimitSeconds");
+        assert!(e.reason.contains("7200"), "{e}");
+        // Only a maximum: work without a limit gets the maximum.
+        q.default_runtime_limit_seconds = None;
+        spec.runtime_limit_seconds = None;
+        q.apply_time_limits(&mut spec).unwrap();
+        assert_eq!(spec.runtime_limit_seconds, Some(7200));
+
+        let bad: Queue = decode_yaml(
+            b"apiVersion: tideway.dev/v1alpha1\nkind: Queue\nmetadata: { name: q }\nspec: { tenant: t, defaultRuntimeLimitSeconds: 9000, maxRuntimeLimitSeconds: 3600 }\n",
+        )
+        .unwrap();
+        let errs = bad.validate().unwrap_err().into_inner();
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.defaultRuntimeLimitSeconds"),
+            "{errs:?}"
+        );
+    }
 
     const QUEUE_YAML: &str = include_str!("../testdata/queue.yaml");
 

@@ -202,7 +202,7 @@ pub struct PodCount {
 
 /// Routing score weights; every term is normalised to 0..=1 and lower scores win.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RoutingWeights {
     /// Prefer pools left fuller (bin packing keeps whole nodes free for big gangs).
     pub binpack: f64,
@@ -240,7 +240,7 @@ pub enum QueueOrder {
 
 /// Implementation knobs, each with a default that suits a fleet of tens of clusters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct SchedulerTuning {
     /// A gang that waited this long without fitting may get a reservation.
     pub reservation_after_seconds: u64,

@@ -299,8 +299,11 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Estimates {
-    /// No estimates: what users typically give.
+    /// The live leader's online estimator, learned from the jobs completed so far in the
+    /// run (the trace's durations are never read before a job ends).
     #[default]
+    Online,
+    /// No estimates at all: the core plans with its conservative default.
     None,
     /// The true duration (an oracle, as SJF/SRTF in the Helios study assume).
     Exact,
@@ -322,6 +325,22 @@ pub enum RunningView {
     Aggregate,
 }
 
+/// Which pending work a scheduler-mode cycle shows the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PendingView {
+    /// Every pending workload whose decision could be other than "pending" (it could fit
+    /// the free capacity, could get a reservation, holds one, or preemption is on), plus
+    /// enough others that the core counts who waits per flavor as it would with all: the
+    /// same decisions as `all` (checked by a test), at a cost that follows the free
+    /// capacity rather than the backlog.
+    #[default]
+    Fit,
+    /// Every pending workload, as the live leader passes them: slow on long backlogs, for
+    /// checking `fit`.
+    All,
+}
+
 /// The `simulator` section of `policy.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -340,13 +359,17 @@ pub struct SimulatorSettings {
     /// Workloads from traces checkpoint every this many seconds (so a preemption loses at
     /// most this much work); none when unset.
     pub checkpoint_interval_seconds: Option<u64>,
-    /// Scheduler mode: the first this many pending workloads of every queue are always
-    /// shown to the scheduler, whether or not they fit (their reasons and reservations
-    /// depend on it).
-    pub head_window: usize,
-    /// Scheduler mode: at most this many pending workloads of one queue are scanned per
-    /// cycle for work that could start (Slurm's `bf_max_job_test` plays the same role).
+    /// No longer used: the pending view is chosen by `pendingView` (see `sched`), which
+    /// shows the core every workload whose decision could differ from "pending". Accepted
+    /// so that files written for earlier versions still load; a warning says it is ignored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_window: Option<usize>,
+    /// Scheduler mode: at most this many pending workloads of one queue that could start
+    /// are shown per cycle; when a cycle assigned work and left such work out, it runs again
+    /// at the same instant (Slurm's `bf_max_job_test` plays the same role).
     pub lookahead: usize,
+    /// Scheduler mode: which pending work each cycle shows the core.
+    pub pending_view: PendingView,
     pub running_view: RunningView,
     /// Time between `timeseries.csv` rows; by default about 2,000 rows over the run.
     pub sample_seconds: Option<u64>,
@@ -363,8 +386,9 @@ impl Default for SimulatorSettings {
             queue_clusters: BTreeMap::new(),
             runtime_estimates: Estimates::default(),
             checkpoint_interval_seconds: None,
-            head_window: 4,
+            head_window: None,
             lookahead: 2000,
+            pending_view: PendingView::default(),
             running_view: RunningView::default(),
             sample_seconds: None,
             tuning: SchedulerTuning::default(),
@@ -545,6 +569,34 @@ simulator:
         let typo = String::from_utf8_lossy(yaml).replace("queueMap", "queueMpa");
         let e = SimPolicy::from_yaml(typo.as_bytes(), Path::new("p.yaml")).unwrap_err();
         assert!(e.to_string().contains("queueMpa"), "{e}");
+
+        // A misspelled tuning knob is an error naming it, not a silent default.
+        let knob = String::from_utf8_lossy(yaml)
+            .replace("reservationAfterSeconds: 60", "maxReservation: 0");
+        let e = SimPolicy::from_yaml(knob.as_bytes(), Path::new("p.yaml")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("simulator.tuning"), "{msg}");
+        assert!(msg.contains("maxReservation"), "{msg}");
+        assert!(
+            msg.contains("maxReservations"),
+            "expected fields listed: {msg}"
+        );
+        let weights = String::from_utf8_lossy(yaml).replace(
+            "reservationAfterSeconds: 60",
+            "weights: { binpack: 1, spred: 2 }",
+        );
+        let e = SimPolicy::from_yaml(weights.as_bytes(), Path::new("p.yaml")).unwrap_err();
+        assert!(e.to_string().contains("spred"), "{e}");
+        // Files written for earlier versions still load.
+        let old = String::from_utf8_lossy(yaml)
+            .replace("mode: scheduler", "mode: scheduler\n  headWindow: 4");
+        assert_eq!(
+            SimPolicy::from_yaml(old.as_bytes(), Path::new("p.yaml"))
+                .unwrap()
+                .simulator
+                .head_window,
+            Some(4)
+        );
 
         let dangling = String::from_utf8_lossy(yaml).replace("\"6214e9\": vc1", "\"6214e9\": nope");
         let e = SimPolicy::from_yaml(dangling.as_bytes(), Path::new("p.yaml")).unwrap_err();

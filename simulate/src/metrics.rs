@@ -61,6 +61,8 @@ pub enum Outcome {
     Unfinished,
     /// Refused at submission (unknown queue, never fits, ...).
     Rejected,
+    /// Stopped by its member at its `runtimeLimitSeconds` (its own or its queue's).
+    TimedOut,
 }
 
 impl Outcome {
@@ -70,6 +72,7 @@ impl Outcome {
             Self::Removed => "removed",
             Self::Unfinished => "unfinished",
             Self::Rejected => "rejected",
+            Self::TimedOut => "timed-out",
         }
     }
 }
@@ -167,6 +170,8 @@ pub struct JobCounts {
     pub removed: u64,
     /// Pending or running when the run ended.
     pub unfinished: u64,
+    /// Stopped at their run-time limit.
+    pub timed_out: u64,
     /// Removed or unfinished without ever starting.
     pub never_started: u64,
 }
@@ -230,6 +235,27 @@ pub struct RunStats {
     pub reservations: u64,
 }
 
+/// What the scheduler planned with, against what jobs took (`summary.json` `estimates`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EstimateSummary {
+    /// `online` (learned as the live leader does), `none`, or `exact (oracle)`.
+    pub source: String,
+    /// The trace's true durations were given to the scheduler.
+    pub oracle: bool,
+    /// Completed jobs dispatched with an estimate, and without one (the default assumed).
+    pub estimated: u64,
+    pub defaulted: u64,
+    /// Of the estimated: estimate below / above the run time.
+    pub under: u64,
+    pub over: u64,
+    /// Median of estimate / run time over the estimated.
+    pub median_ratio: f64,
+    /// GPU-hours that reservations kept idle: free GPUs of a reserved cluster, up to the
+    /// holder's gang size, while the reservation was held.
+    pub reserved_idle_gpu_hours: f64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
@@ -258,6 +284,12 @@ pub struct Summary {
     /// Quota schedules' figures, when the policy has any (scheduler mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tidal: Option<super::tidal::TidalSummary>,
+    /// Scheduler mode: run-time estimates against run times, reserved-but-idle time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimates: Option<EstimateSummary>,
+    /// Problems with the inputs that make the results doubtful (e.g. guarantees that add
+    /// up to more than the fleet); also printed on the terminal.
+    pub warnings: Vec<String>,
 }
 
 /// One `timeseries.csv` row.

@@ -23,15 +23,16 @@ use tideway_api::clock::{Clock, RealClock};
 
 use rustc_hash::FxHashSet;
 use tideway_api::Policy;
+use tideway_api::Workload;
 use tideway_scheduler::{
     Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation, RunningWorkload,
-    SchedulerInput, schedule,
+    RuntimeEstimator, SchedulerInput, SchedulerOutput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
-use super::config::{RunningView, SimulatorSettings};
+use super::config::{Estimates, PendingView, RunningView, SimulatorSettings};
 use super::engine::{Engine, Fleet, Jobs, Key, Queue};
-use super::metrics;
+use super::metrics::{self, EstimateSummary};
 use super::time::{Secs, to_utc};
 
 /// Re-runs of a cycle at one instant when the window left fitting work out.
@@ -54,9 +55,35 @@ pub(crate) struct SchedState {
     preemption_disabled: bool,
     /// The run's seed; each cycle's is derived from it.
     seed: u64,
-    head_window: usize,
+    pending_view: PendingView,
     lookahead: usize,
     stats: SchedStats,
+    /// The live leader's estimator, fed with each job that completes (`online` estimates).
+    estimator: Option<RuntimeEstimator>,
+    /// Per job: the run-time estimate the core was last shown for it (`None`: it had none
+    /// and the core assumed its default).
+    planned: Vec<Option<u64>>,
+    accuracy: Accuracy,
+    /// Reserved-but-idle accounting: when the last cycle ran and the GPUs its
+    /// reservations held idle then.
+    last_cycle_at: Option<Secs>,
+    reserved_idle: u64,
+    reserved_idle_gpu_seconds: u128,
+    /// GPUs of each reservation holder, by uid.
+    reserved_size: rustc_hash::FxHashMap<String, u64>,
+    /// Keep the next cycle's input and output (`Engine::first_cycle`).
+    capture: bool,
+    captured: Option<(SchedulerInput, SchedulerOutput)>,
+}
+
+/// How the run-time estimates the core planned with compared with what jobs really took.
+#[derive(Debug, Default, Clone)]
+struct Accuracy {
+    /// Estimate / actual of every completed job that had an estimate.
+    ratios: Vec<f64>,
+    under: u64,
+    over: u64,
+    defaulted: u64,
 }
 
 impl SchedState {
@@ -101,9 +128,99 @@ impl SchedState {
             aggs: vec![Vec::new(); jobs],
             preemption_disabled,
             seed,
-            head_window: settings.head_window,
+            pending_view: settings.pending_view,
             lookahead: settings.lookahead,
             stats: SchedStats::default(),
+            estimator: (settings.runtime_estimates == Estimates::Online)
+                .then(RuntimeEstimator::default),
+            planned: vec![None; jobs],
+            accuracy: Accuracy::default(),
+            last_cycle_at: None,
+            reserved_idle: 0,
+            reserved_idle_gpu_seconds: 0,
+            reserved_size: rustc_hash::FxHashMap::default(),
+            capture: false,
+            captured: None,
+        }
+    }
+
+    /// Adds the GPUs the held reservations kept idle since the last cycle (free GPUs of the
+    /// reserved cluster, up to the holder's size, as of now) and notes them for the next.
+    fn count_reserved_idle(&mut self, now: Secs, fleet: &Fleet) {
+        if let Some(last) = self.last_cycle_at {
+            let span = u128::from((now - last).max(0).unsigned_abs());
+            self.reserved_idle_gpu_seconds += span * u128::from(self.reserved_idle);
+        }
+        self.last_cycle_at = Some(now);
+        let free: Vec<u64> = fleet.free_per_member().collect();
+        self.reserved_idle = self
+            .reservations
+            .iter()
+            .filter_map(|r| {
+                let c = fleet.member_id(r.cluster.as_str())?;
+                let size = self.reserved_size.get(r.uid.as_str()).copied().unwrap_or(0);
+                Some(free.get(c).copied().unwrap_or(0).min(size))
+            })
+            .sum();
+    }
+
+    /// Keeps the next cycle's input and output.
+    pub(crate) fn capture_first(&mut self) {
+        self.capture = true;
+    }
+
+    /// The kept cycle, once.
+    pub(crate) fn captured(&mut self) -> Option<(SchedulerInput, SchedulerOutput)> {
+        self.captured.take()
+    }
+
+    /// The run-time estimate the core was last shown for job `j`.
+    pub fn planned(&self, j: u32) -> Option<u64> {
+        self.planned.get(j as usize).copied().flatten()
+    }
+
+    /// Job `j` (workload `w`) completed after running `ran` seconds: the estimator learns
+    /// from it, and the estimate it was dispatched with is scored.
+    pub(crate) fn completed(&mut self, j: u32, w: &Workload, ran: u64) {
+        if let Some(e) = &mut self.estimator {
+            e.observe(w, ran);
+        }
+        match self.planned(j) {
+            None => self.accuracy.defaulted += 1,
+            Some(est) => {
+                if est < ran {
+                    self.accuracy.under += 1;
+                } else if est > ran {
+                    self.accuracy.over += 1;
+                }
+                self.accuracy.ratios.push(est as f64 / (ran.max(1)) as f64);
+            }
+        }
+    }
+
+    /// Estimate accuracy and reserved-but-idle time, for the summary.
+    pub fn estimate_summary(&self, source: Estimates) -> EstimateSummary {
+        let mut ratios = self.accuracy.ratios.clone();
+        ratios.sort_unstable_by(f64::total_cmp);
+        let median_ratio = if ratios.is_empty() {
+            0.0
+        } else {
+            ratios[(ratios.len() - 1) / 2]
+        };
+        EstimateSummary {
+            source: match source {
+                Estimates::Online => "online",
+                Estimates::None => "none",
+                Estimates::Exact => "exact (oracle)",
+            }
+            .to_owned(),
+            oracle: source == Estimates::Exact,
+            estimated: ratios.len() as u64,
+            defaulted: self.accuracy.defaulted,
+            under: self.accuracy.under,
+            over: self.accuracy.over,
+            median_ratio,
+            reserved_idle_gpu_hours: self.reserved_idle_gpu_seconds as f64 / 3600.0,
         }
     }
 
@@ -172,85 +289,153 @@ fn mix(seed: u64, cycle: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// What bounds the pending-work window of one cycle.
+/// What bounds the pending view of one cycle.
 struct WindowBounds {
-    /// The first `head` pending jobs of every queue are always shown.
-    head: usize,
-    /// At most this many more per queue.
+    /// Show every pending workload (`pendingView: all`, or preemption: any workload may
+    /// preempt or reclaim).
+    all: bool,
+    /// At most this many workloads per queue that could start.
     lookahead: usize,
-    /// The fleet's free GPUs, and the most free in one cluster.
-    total_free: u64,
+    /// The most free GPUs in one cluster: a gang must fit one cluster.
     largest_free: u64,
-    preemption: bool,
+    /// The most free GPUs on one node: a pod never spans nodes.
+    largest_node_free: u32,
+    /// Workloads of at least this many GPUs submitted at or before `reserve_before` may get
+    /// a reservation (`None`: reservations are off).
+    reserve_min: Option<u64>,
+    reserve_before: Secs,
 }
 
-/// The pending work a cycle shows the core, in queue order per queue: each queue's head,
-/// then the work small enough to fit the largest free cluster until the queue's quota
-/// headroom and the fleet's free GPUs are spent. Also says whether work that could have
-/// fitted was left out.
-fn window(
-    queues: &[Queue],
-    quota: &QuotaBook,
-    flavors: usize,
-    b: &WindowBounds,
-) -> (Vec<u32>, bool) {
+/// What a cycle shows the core.
+struct View {
+    /// Pending jobs to show.
+    chosen: Vec<u32>,
+    /// Work that could start was left out (the lookahead was reached).
+    truncated: bool,
+    /// Some shown work could start or get a reservation.
+    actionable: bool,
+}
+
+/// The pending work a cycle shows the core.
+///
+/// Why the decisions are those of a cycle over all pending work (the live leader's): the
+/// core decides each pending workload in turn, and a workload changes what others get only
+/// by being admitted (quota, capacity, fair share, spread), by holding capacity
+/// (reservation, preemption) or by being counted among those waiting for a flavor (whether
+/// a reservation is worth its price). Left out here is only work that can do none of the
+/// three: its GPUs exceed its queue's reachable quota, the largest free cluster, or its
+/// largest pod the largest free node (capacity and quota only shrink within a cycle), it
+/// cannot get a reservation (too small or too recent, or reservations are off), holds none,
+/// and preemption is off; and enough others are shown that every flavor's waiting count is
+/// the same up to two (the core only asks "more than one"). Its decision would have been
+/// "pending": it keeps its last reason. `pendingView: all` is the check (a test compares).
+fn window(jobs: &Jobs, quota: &QuotaBook, flavors: usize, b: &WindowBounds) -> View {
     let mut chosen: Vec<u32> = Vec::new();
     let mut truncated = false;
-    for (q, qs) in queues.iter().enumerate() {
+    if b.all {
+        for qs in jobs.queues() {
+            chosen.extend(qs.pending().map(|(_, j)| j));
+        }
+        let actionable = !chosen.is_empty();
+        return View {
+            chosen,
+            truncated: false,
+            actionable,
+        };
+    }
+    let mut seen: FxHashSet<u32> = FxHashSet::default();
+    let mut shown_on = vec![0u64; flavors];
+    let show = |j: u32, seen: &mut FxHashSet<u32>, chosen: &mut Vec<u32>, shown_on: &mut [u64]| {
+        if seen.insert(j) {
+            chosen.push(j);
+            for &(f, _) in jobs.request(j) {
+                if let Some(n) = shown_on.get_mut(f) {
+                    *n += 1;
+                }
+            }
+        }
+    };
+    for (q, qs) in jobs.queues().iter().enumerate() {
         if qs.is_empty() {
             continue;
         }
-        let mut last_head: Option<Key> = None;
-        for (k, j) in qs.pending().take(b.head) {
-            chosen.push(j);
-            last_head = Some(k);
-        }
-        let room: u64 = (0..flavors)
-            .map(|f| quota.reachable(q, f).saturating_sub(quota.used(q, f)))
-            .sum();
-        let mut budget = b.total_free.min(room);
-        if budget == 0 && !b.preemption {
-            continue;
-        }
-        let bound = budget.min(b.largest_free);
-        // Merge the size buckets that could fit, in queue order.
-        let mut iters: Vec<(
-            u64,
-            std::iter::Peekable<std::collections::btree_set::Iter<'_, Key>>,
-        )> = qs
-            .sizes_up_to(bound)
-            .map(|(g, set)| (g, set.iter().peekable()))
-            .collect();
+        // Work that could start: within reach of the queue's quota and the free capacity.
+        let room = |f: usize| quota.reachable(q, f).saturating_sub(quota.used(q, f));
+        let max_room = (0..flavors).map(room).max().unwrap_or(0);
+        let bound = b.largest_free.min(max_room);
         let mut taken = 0usize;
-        loop {
-            let mut best: Option<(usize, Key)> = None;
-            for (i, (_, it)) in iters.iter_mut().enumerate() {
-                if let Some(&&k) = it.peek()
-                    && best.is_none_or(|(_, b)| k < b)
-                {
-                    best = Some((i, k));
-                }
-            }
-            let Some((i, key)) = best else {
-                break;
-            };
-            iters[i].1.next();
-            if last_head.is_some_and(|h| key <= h) {
+        for key in merged(qs.sizes_up_to(bound)) {
+            let Some(j) = qs.job_at(&key) else { continue };
+            let fits_quota = jobs.request(j).iter().all(|&(f, n)| n <= room(f));
+            let fits_node = jobs.gangs(j).is_some_and(|g| {
+                g.iter()
+                    .flat_map(|(_, _, pods)| pods)
+                    .all(|p| p.gpus_per_pod <= b.largest_node_free)
+            });
+            if !(fits_quota && fits_node) {
                 continue;
             }
-            let gpus = iters[i].0;
-            if taken >= b.lookahead || gpus > budget {
+            if taken >= b.lookahead {
                 truncated = true;
                 break;
             }
             taken += 1;
-            budget -= gpus;
-            if let Some(j) = qs.job_at(&key) {
-                chosen.push(j);
+            show(j, &mut seen, &mut chosen, &mut shown_on);
+        }
+        // Work that could get a reservation.
+        if let Some(min) = b.reserve_min {
+            for key in merged(qs.sizes_from(min)) {
+                if let Some(j) = qs.job_at(&key)
+                    && jobs.job(j).submit <= b.reserve_before
+                {
+                    show(j, &mut seen, &mut chosen, &mut shown_on);
+                }
             }
         }
     }
-    (chosen, truncated)
+    let actionable = !chosen.is_empty();
+    // Who waits for each flavor, up to two, as the core would count with all shown.
+    for (f, shown) in shown_on.clone().into_iter().enumerate() {
+        let want = jobs.pending_on_flavor(f).min(2);
+        let mut have = shown.min(2);
+        'queues: for qs in jobs.queues() {
+            for (_, j) in qs.pending() {
+                if have >= want {
+                    break 'queues;
+                }
+                if !seen.contains(&j) && jobs.request(j).iter().any(|&(g, _)| g == f) {
+                    show(j, &mut seen, &mut chosen, &mut shown_on);
+                    have += 1;
+                }
+            }
+        }
+    }
+    View {
+        chosen,
+        truncated,
+        actionable,
+    }
+}
+
+/// Keys of several size buckets merged into queue order.
+fn merged<'a>(
+    buckets: impl Iterator<Item = (u64, &'a BTreeSet<Key>)>,
+) -> impl Iterator<Item = Key> {
+    let mut iters: Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, Key>>> =
+        buckets.map(|(_, set)| set.iter().peekable()).collect();
+    std::iter::from_fn(move || {
+        let mut best: Option<(usize, Key)> = None;
+        for (i, it) in iters.iter_mut().enumerate() {
+            if let Some(&&k) = it.peek()
+                && best.is_none_or(|(_, b)| k < b)
+            {
+                best = Some((i, k));
+            }
+        }
+        let (i, key) = best?;
+        iters[i].next();
+        Some(key)
+    })
 }
 
 impl Engine {
@@ -275,27 +460,36 @@ impl Engine {
         };
         let now = self.now();
         self.refresh_all();
+        st.count_reserved_idle(now, self.fleet());
 
         // Free capacity bounds what could start.
-        let mut largest_free = 0u64;
-        let mut total_free = 0u64;
-        // A gang must fit one cluster (each flavor in one of its pools): the cluster's free
-        // GPUs bound what one workload can take there.
-        for free in self.fleet().free_per_member() {
-            largest_free = largest_free.max(free);
-            total_free += free;
-        }
-
-        // Nothing can start: no pending work is as small as the largest free pool (and
-        // nothing may preempt). Skipping leaves new arrivals `Queued` (not looked at).
+        let largest_free = self.fleet().free_per_member().max().unwrap_or(0);
+        let largest_node_free = self.fleet().largest_node_free();
         let preemption = st.input.settings.preemption;
+        let all = preemption || st.pending_view == PendingView::All;
+        let tuning = &st.input.tuning;
+        let reserve_min = (tuning.max_reservations > 0).then(|| {
+            tuning
+                .reservation_min_gpus
+                .unwrap_or_else(|| self.fleet().smallest_node_gpus())
+                .max(1)
+        });
+        let reserve_before =
+            now.saturating_sub(i64::try_from(tuning.reservation_after_seconds).unwrap_or(i64::MAX));
+
+        // Nothing can start and nothing may preempt or reserve: no cycle (new arrivals stay
+        // `Queued`, not looked at), as the core would only answer "pending".
         let smallest = self
             .jobs()
             .queues()
             .iter()
             .filter_map(Queue::smallest)
             .min();
-        if !preemption && smallest.is_none_or(|s| s > largest_free) {
+        if !all
+            && st.reservations.is_empty()
+            && reserve_min.is_none()
+            && smallest.is_none_or(|s| s > largest_free)
+        {
             self.put_sched(st);
             return (0, false);
         }
@@ -306,14 +500,22 @@ impl Engine {
             .retain(|r| jobs.id(&r.uid).is_some_and(|j| jobs.is_pending(j)));
 
         let bounds = WindowBounds {
-            head: st.head_window,
+            all,
             lookahead: st.lookahead,
-            total_free,
             largest_free,
-            preemption,
+            largest_node_free,
+            reserve_min,
+            reserve_before,
         };
-        let (mut chosen, truncated) =
-            window(jobs.queues(), self.quota(), self.flavor_count(), &bounds);
+        let View {
+            mut chosen,
+            truncated,
+            actionable,
+        } = window(jobs, self.quota(), self.flavor_count(), &bounds);
+        if !actionable && st.reservations.is_empty() {
+            self.put_sched(st);
+            return (0, false);
+        }
         let mut seen: FxHashSet<u32> = chosen.iter().copied().collect();
         for r in &st.reservations {
             if let Some(j) = jobs.id(&r.uid)
@@ -326,11 +528,27 @@ impl Engine {
             self.put_sched(st);
             return (0, false);
         }
+        // The core decides in its own order; the input lists pending work in submission
+        // order, as the live leader's does.
+        chosen.sort_unstable_by_key(|&j| self.jobs().seq(j));
 
         // The input: pending moved in, running view, digests, budget.
         st.input.pending.clear();
+        // Which workloads got the learned estimate (their own copy is given back without).
+        let mut filled: Vec<bool> = Vec::with_capacity(chosen.len());
         for &j in &chosen {
-            if let Some(w) = self.take_workload(j) {
+            if let Some(mut w) = self.take_workload(j) {
+                let mut learned = false;
+                if w.spec.runtime_estimate_seconds.is_none()
+                    && let Some(e) = st.estimator.as_ref().and_then(|e| e.estimate(&w))
+                {
+                    w.spec.runtime_estimate_seconds = Some(e.seconds.max(1));
+                    learned = true;
+                }
+                if let Some(slot) = st.planned.get_mut(j as usize) {
+                    *slot = w.spec.runtime_estimate_seconds;
+                }
+                filled.push(learned);
                 st.input.pending.push(PendingWorkload {
                     workload: *w,
                     submitted_at: to_utc(self.jobs().job(j).submit),
@@ -352,10 +570,19 @@ impl Engine {
         let t0 = RealClock.instant();
         let out = schedule(&st.input);
         st.stats.wall += t0.elapsed();
+        if std::mem::take(&mut st.capture) {
+            st.captured = Some((st.input.clone(), out.clone()));
+        }
         st.stats.cycles += 1;
 
         self.put_views(std::mem::take(&mut st.input.clusters));
-        for p in std::mem::take(&mut st.input.pending) {
+        for (i, mut p) in std::mem::take(&mut st.input.pending)
+            .into_iter()
+            .enumerate()
+        {
+            if filled.get(i).copied().unwrap_or(false) {
+                p.workload.spec.runtime_estimate_seconds = None;
+            }
             let uid = p.workload.metadata.uid.as_deref().unwrap_or_default();
             if let Some(j) = self.jobs().id(uid) {
                 self.put_workload(j, Box::new(p.workload));
@@ -419,6 +646,10 @@ impl Engine {
                         continue;
                     };
                     self.set_reason(j, metrics::reason_index(&reason));
+                    let size: u64 = self.jobs().request(j).iter().map(|(_, g)| g).sum();
+                    if let Some(st) = self.sched_mut() {
+                        st.reserved_size.insert(uid.as_str().to_owned(), size);
+                    }
                     let created_at = match old.iter().find(|r| uid == r.uid.as_str()) {
                         Some(r) => r.created_at,
                         None => {
@@ -444,6 +675,8 @@ impl Engine {
         }
         let mut refill = None;
         if let Some(st) = self.sched_mut() {
+            st.reserved_size
+                .retain(|uid, _| reservations.iter().any(|r| r.uid.as_str() == uid));
             st.reservations = reservations;
             let budget = st.budget(now);
             if budget.remaining() == 0 {
@@ -496,8 +729,12 @@ impl SchedState {
                 return;
             };
             // Its position is the one it took among the active jobs (the last).
+            let mut workload = w.clone();
+            if workload.spec.runtime_estimate_seconds.is_none() {
+                workload.spec.runtime_estimate_seconds = self.planned(j);
+            }
             self.input.running.push(RunningWorkload {
-                workload: w.clone(),
+                workload,
                 cluster: fleet.name(c as usize).to_owned(),
                 pool: jobs.pool(j).unwrap_or_default().to_owned(),
                 placements: Vec::new(),

@@ -33,6 +33,7 @@ pub fn group_summary(
             Outcome::Succeeded => counts.succeeded += 1,
             Outcome::Removed => counts.removed += 1,
             Outcome::Unfinished => counts.unfinished += 1,
+            Outcome::TimedOut => counts.timed_out += 1,
         }
         if r.start.is_some() {
             counts.started += 1;

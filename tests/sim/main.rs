@@ -7,3 +7,4 @@
 
 mod common;
 mod t20_cli;
+mod t30_same_decisions;

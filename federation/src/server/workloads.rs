@@ -112,6 +112,13 @@ pub async fn submit(
     w.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     check_template(&w, st.limits.max_template_bytes)?;
+    // The queue's time limits: its default when the workload names none, its maximum
+    // enforced (an unknown queue is refused below).
+    let queue = st.read(|d| d.state.queues.get(&w.spec.queue).map(|q| q.spec.clone()))?;
+    if let Some(q) = queue {
+        q.apply_time_limits(&mut w.spec)
+            .map_err(|e| ApiError::Invalid(vec![e]))?;
+    }
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
         match d.state.replay(&key, &w) {

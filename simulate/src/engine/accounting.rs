@@ -68,6 +68,8 @@ pub(super) struct SummaryInput<'a> {
     pub sched: SchedStats,
     pub traces: Vec<super::super::trace::TraceReport>,
     pub notes: Vec<String>,
+    pub warnings: Vec<String>,
+    pub estimates: Option<super::super::metrics::EstimateSummary>,
     pub pools: Vec<PoolLine<'a>>,
     pub queues: Vec<QueueLine<'a>>,
 }
@@ -273,6 +275,8 @@ impl Accounting {
             ),
             notes: s.notes,
             tidal: None,
+            warnings: s.warnings,
+            estimates: s.estimates,
         };
         (summary, self.samples)
     }

@@ -269,6 +269,28 @@ impl Fleet {
             .map(|v| v.digest.pools.iter().map(|p| p.counts.free()).sum())
     }
 
+    /// The most free GPUs on any one node of the fleet, as of the last refresh: no pod
+    /// larger than this can start now.
+    pub fn largest_node_free(&self) -> u32 {
+        self.views
+            .iter()
+            .flat_map(|v| &v.digest.pools)
+            .map(|p| p.counts.largest_node_free())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// GPUs per node of the smallest-node pool: the least a reservation's default size
+    /// threshold (one node of the gang's flavor) can be.
+    pub fn smallest_node_gpus(&self) -> u64 {
+        self.pools
+            .iter()
+            .map(|p| u64::from(p.node_gpus))
+            .filter(|&g| g > 0)
+            .min()
+            .unwrap_or(0)
+    }
+
     /// For every pool of every refreshed digest: (global pool, free GPUs, free GPUs that no
     /// whole node-sized pod could use).
     pub fn fragmentation(&self) -> Vec<(usize, u64, u64)> {

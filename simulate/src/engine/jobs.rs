@@ -23,6 +23,8 @@ pub(super) enum Phase {
     Assigned,
     Running,
     Done,
+    /// Stopped at its run-time limit.
+    TimedOut,
     Removed,
     Rejected,
 }
@@ -116,6 +118,11 @@ impl Queue {
         self.by_size.range(..=bound).map(|(g, set)| (*g, set))
     }
 
+    /// The size buckets of at least `min` GPUs (scheduler mode), smallest first.
+    pub fn sizes_from(&self, min: u64) -> impl Iterator<Item = (u64, &BTreeSet<Key>)> + '_ {
+        self.by_size.range(min..).map(|(g, set)| (*g, set))
+    }
+
     /// The GPUs of its smallest pending job (scheduler mode).
     pub fn smallest(&self) -> Option<u64> {
         self.by_size.keys().next().copied()
@@ -130,6 +137,9 @@ pub(crate) struct Jobs {
     /// Whether queues keep `by_size` (scheduler mode).
     by_size: bool,
     pending_count: usize,
+    /// Pending jobs asking for each flavor id: the core's "does anyone else wait for this
+    /// flavor" test must see the same answer from a partial pending view.
+    pending_by_flavor: Vec<u64>,
     /// Jobs assigned or running, in no particular order.
     active: Vec<u32>,
 }
@@ -191,6 +201,7 @@ impl Jobs {
             queues,
             by_size,
             pending_count: 0,
+            pending_by_flavor: Vec::new(),
             active: Vec::new(),
         };
         (table, duplicates)
@@ -228,6 +239,11 @@ impl Jobs {
 
     pub fn queues(&self) -> &[Queue] {
         &self.queues
+    }
+
+    /// Pending jobs asking for flavor id `f`.
+    pub fn pending_on_flavor(&self, f: usize) -> u64 {
+        self.pending_by_flavor.get(f).copied().unwrap_or(0)
     }
 
     pub fn pending_count(&self) -> usize {
@@ -277,6 +293,11 @@ impl Jobs {
     }
 
     /// When the current attempt started running, if it runs.
+    /// Sets what the scheduler assumes about the job's run time while it runs.
+    pub fn set_estimate(&mut self, j: u32, secs: u64) {
+        self.js[j as usize].estimate = i64::try_from(secs).unwrap_or(i64::MAX / 4);
+    }
+
     pub fn running_since(&self, j: u32) -> Option<Secs> {
         let s = &self.js[j as usize];
         (s.phase == Phase::Running).then_some(s.run_start)
@@ -324,11 +345,18 @@ impl Jobs {
         let key = (-s.prio, s.seq);
         let q = s.queue as usize;
         let gpus: u64 = s.request.iter().map(|(_, g)| g).sum();
-        self.queues[q].pending.insert(key, j);
+        if self.queues[q].pending.insert(key, j).is_none() {
+            self.pending_count += 1;
+            for &(f, _) in &s.request {
+                if self.pending_by_flavor.len() <= f {
+                    self.pending_by_flavor.resize(f + 1, 0);
+                }
+                self.pending_by_flavor[f] += 1;
+            }
+        }
         if self.by_size {
             self.queues[q].by_size.entry(gpus).or_default().insert(key);
         }
-        self.pending_count += 1;
     }
 
     /// Takes a job out of its queue's pending set.
@@ -339,6 +367,11 @@ impl Jobs {
         let gpus: u64 = s.request.iter().map(|(_, g)| g).sum();
         if self.queues[q].pending.remove(&key).is_some() {
             self.pending_count -= 1;
+            for &(f, _) in &s.request {
+                if let Some(n) = self.pending_by_flavor.get_mut(f) {
+                    *n = n.saturating_sub(1);
+                }
+            }
         }
         if let Some(set) = self.queues[q].by_size.get_mut(&gpus) {
             set.remove(&key);
@@ -487,7 +520,7 @@ impl Jobs {
                 submit: job.submit,
                 start: s.first_start,
                 end: match s.phase {
-                    Phase::Done | Phase::Removed => s.end,
+                    Phase::Done | Phase::TimedOut | Phase::Removed => s.end,
                     _ => None,
                 },
                 cluster: s.cluster.map(&cluster),
@@ -502,6 +535,7 @@ impl Jobs {
                 lost_gpu_seconds: s.lost_gpu_seconds,
                 outcome: match s.phase {
                     Phase::Done => Outcome::Succeeded,
+                    Phase::TimedOut => Outcome::TimedOut,
                     Phase::Removed => Outcome::Removed,
                     Phase::Rejected => Outcome::Rejected,
                     _ => Outcome::Unfinished,

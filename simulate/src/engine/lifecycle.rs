@@ -4,6 +4,7 @@
 //! view together.
 
 use tideway_agent::sim::PhaseChange;
+use tideway_agent::sim::cluster::RUNTIME_LIMIT_REASON;
 use tideway_api::Workload;
 use tideway_api::agent::{Assignment, LocalPhase};
 use tideway_scheduler::Gangs;
@@ -19,7 +20,15 @@ use super::{Engine, EventKind};
 impl Engine {
     pub(super) fn arrive(&mut self, j: u32) {
         let job = self.jobs.job(j);
-        let w = build_workload(job, &self.default_flavor, &self.settings);
+        let mut w = build_workload(job, &self.default_flavor, &self.settings);
+        // The queue's time limits, as the live API applies them at submission.
+        if let Some(q) = self.policy.spec.queue(&job.queue)
+            && let Err(e) = q.spec.apply_time_limits(&mut w.spec)
+        {
+            self.reject(j, e.to_string());
+            return;
+        }
+        let job = self.jobs.job(j);
         if let Err(why) = self.admissible(job, &w) {
             self.reject(j, why);
             return;
@@ -163,6 +172,10 @@ impl Engine {
         }
         self.fleet.mark_dirty(c);
         if let Some(st) = &mut self.sched {
+            // Planned with what the core was told when it chose this job.
+            if let Some(secs) = st.planned(j) {
+                self.jobs.set_estimate(j, secs);
+            }
             st.assigned(j, &self.jobs, &self.fleet, self.now);
         }
         true
@@ -191,8 +204,19 @@ impl Engine {
             match ch.phase {
                 LocalPhase::Running => self.start(j, c, at),
                 LocalPhase::Succeeded => {
+                    let ran = self.jobs.ran(j, at);
+                    if let (Some(st), Some(w)) = (&mut self.sched, self.jobs.workload(j)) {
+                        st.completed(j, w, ran);
+                    }
                     self.stop(j, at);
                     self.jobs.set_phase(j, Phase::Done);
+                    self.jobs.drop_workload(j);
+                    self.fleet.remove(c as usize, &ch.uid);
+                }
+                // Stopped at its limit: done, not retried (it would hit the limit again).
+                LocalPhase::Failed { reason } if reason == RUNTIME_LIMIT_REASON => {
+                    self.stop(j, at);
+                    self.jobs.set_phase(j, Phase::TimedOut);
                     self.jobs.drop_workload(j);
                     self.fleet.remove(c as usize, &ch.uid);
                 }

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use tideway_api::Policy;
 use tideway_api::clock::{Clock, RealClock};
-use tideway_scheduler::{ClusterView, QuotaBook};
+use tideway_scheduler::{ClusterView, QuotaBook, SchedulerInput, SchedulerOutput};
 
 use super::config::{Member, Mode, SimPolicy, SimulatorSettings};
 use super::metrics::{self, JobRecord, Sample, Summary};
@@ -116,6 +116,8 @@ pub struct Engine {
     side_alloc: Vec<[u64; 2]>,
     traces: Vec<TraceReport>,
     notes: Vec<String>,
+    /// Problems with the inputs that make results doubtful (over-committed guarantees).
+    warnings: Vec<String>,
     default_flavor: String,
     first: Secs,
     last_arrival: Secs,
@@ -211,6 +213,12 @@ impl Engine {
                 "preemption is off: simulator.runningView aggregate cannot name victims".into(),
             );
         }
+        let mut warnings = overcommitted(&policy, &fleet);
+        if settings.head_window.is_some() {
+            warnings.push(
+                "simulator.headWindow is ignored: every cycle shows the core all pending work that could change a decision (see simulator.pendingView)".into(),
+            );
+        }
         let acc = Accounting::new(fleet.pool_count(), nq, first, sample_every);
         let mut engine = Self {
             settings,
@@ -231,6 +239,7 @@ impl Engine {
             side_alloc,
             traces,
             notes,
+            warnings,
             default_flavor,
             first,
             last_arrival,
@@ -247,69 +256,7 @@ impl Engine {
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> RunOutput {
         self.started = RealClock.instant();
         let mut since_progress = 0u32;
-        loop {
-            let next_arrival = self.next_pending_arrival();
-            let next_event = self.heap.peek().map(|Reverse(e)| e.at);
-            let t = match (next_arrival, next_event) {
-                (Some(a), Some(e)) => a.min(e),
-                (Some(a), None) => a,
-                (None, Some(e)) => e,
-                (None, None) => break,
-            };
-            // Schedules never end: their instants count only while something else is due.
-            let t = match self.tides.as_ref().and_then(|x| x.next_instant(self.now)) {
-                Some(b) => t.min(b),
-                None => t,
-            };
-            self.advance(t);
-
-            let mut ticks: Vec<u32> = Vec::new();
-            let mut removals: Vec<u32> = Vec::new();
-            while let Some(Reverse(e)) = self.heap.peek().copied() {
-                if e.at != t {
-                    break;
-                }
-                self.heap.pop();
-                self.acc.count_event();
-                match e.kind {
-                    EventKind::Tick => ticks.push(e.id),
-                    EventKind::Remove => removals.push(e.id),
-                    EventKind::Wake => self.changed = true,
-                }
-            }
-            ticks.sort_unstable();
-            ticks.dedup();
-            for c in ticks {
-                let changes = self.fleet.tick(c as usize, t);
-                self.apply(c, changes);
-            }
-            for j in removals {
-                self.remove(j);
-            }
-            while let Some(a) = self.next_pending_arrival() {
-                if a != t {
-                    break;
-                }
-                let j = self.next_arrival as u32;
-                self.next_arrival += 1;
-                self.acc.count_event();
-                self.arrive(j);
-            }
-
-            if let Some(tides) = &mut self.tides
-                && tides.advance(t)
-            {
-                self.changed = true;
-            }
-
-            if self.changed && self.jobs.pending_count() > 0 {
-                match self.settings.mode {
-                    Mode::Fifo => self.fifo_step(),
-                    Mode::Scheduler => self.scheduler_step(),
-                }
-            }
-            self.changed = false;
-
+        while self.step() {
             since_progress += 1;
             if since_progress >= 2048 {
                 since_progress = 0;
@@ -318,6 +265,86 @@ impl Engine {
         }
         progress(&self.progress());
         self.finish()
+    }
+
+    /// Processes every event of the next instant (and admission then); false when nothing
+    /// is left.
+    fn step(&mut self) -> bool {
+        let next_arrival = self.next_pending_arrival();
+        let next_event = self.heap.peek().map(|Reverse(e)| e.at);
+        let t = match (next_arrival, next_event) {
+            (Some(a), Some(e)) => a.min(e),
+            (Some(a), None) => a,
+            (None, Some(e)) => e,
+            (None, None) => return false,
+        };
+        // Schedules never end: their instants count only while something else is due.
+        let t = match self.tides.as_ref().and_then(|x| x.next_instant(self.now)) {
+            Some(b) => t.min(b),
+            None => t,
+        };
+        self.advance(t);
+
+        let mut ticks: Vec<u32> = Vec::new();
+        let mut removals: Vec<u32> = Vec::new();
+        while let Some(Reverse(e)) = self.heap.peek().copied() {
+            if e.at != t {
+                break;
+            }
+            self.heap.pop();
+            self.acc.count_event();
+            match e.kind {
+                EventKind::Tick => ticks.push(e.id),
+                EventKind::Remove => removals.push(e.id),
+                EventKind::Wake => self.changed = true,
+            }
+        }
+        ticks.sort_unstable();
+        ticks.dedup();
+        for c in ticks {
+            let changes = self.fleet.tick(c as usize, t);
+            self.apply(c, changes);
+        }
+        for j in removals {
+            self.remove(j);
+        }
+        while let Some(a) = self.next_pending_arrival() {
+            if a != t {
+                break;
+            }
+            let j = self.next_arrival as u32;
+            self.next_arrival += 1;
+            self.acc.count_event();
+            self.arrive(j);
+        }
+
+        if let Some(tides) = &mut self.tides
+            && tides.advance(t)
+        {
+            self.changed = true;
+        }
+
+        if self.changed && self.jobs.pending_count() > 0 {
+            match self.settings.mode {
+                Mode::Fifo => self.fifo_step(),
+                Mode::Scheduler => self.scheduler_step(),
+            }
+        }
+        self.changed = false;
+        true
+    }
+
+    /// Scheduler mode: runs up to the first scheduling cycle and returns the input the
+    /// simulator gave the core there and the core's output, so a test can build the same
+    /// input the live leader's way and compare.
+    pub fn first_cycle(mut self) -> Option<(SchedulerInput, SchedulerOutput)> {
+        self.sched.as_mut()?.capture_first();
+        while self.step() {
+            if let Some(c) = self.sched.as_mut().and_then(SchedState::captured) {
+                return Some(c);
+            }
+        }
+        None
     }
 
     fn progress(&self) -> Progress {
@@ -561,6 +588,11 @@ impl Engine {
                 .unwrap_or_default(),
             traces: std::mem::take(&mut self.traces),
             notes: std::mem::take(&mut self.notes),
+            warnings: std::mem::take(&mut self.warnings),
+            estimates: self
+                .sched
+                .as_ref()
+                .map(|st| st.estimate_summary(self.settings.runtime_estimates)),
             pools,
             queues,
         };
@@ -574,4 +606,30 @@ impl Engine {
             records,
         }
     }
+}
+
+/// Guarantees that add up to more GPUs of a flavor than the fleet has: the core cannot keep
+/// every promise at once, so a result measured on such a policy is not the policy's.
+fn overcommitted(policy: &tideway_api::Policy, fleet: &Fleet) -> Vec<String> {
+    let mut have: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for p in (0..fleet.pool_count()).filter_map(|p| fleet.pool(p)) {
+        *have.entry(p.flavor).or_default() += p.total;
+    }
+    let mut promised: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for q in &policy.spec.queues {
+        for fq in &q.spec.quotas {
+            *promised.entry(fq.flavor.as_str()).or_default() += u64::from(fq.guaranteed);
+        }
+    }
+    promised
+        .into_iter()
+        .filter_map(|(flavor, sum)| {
+            let fleet_gpus = have.get(flavor).copied().unwrap_or(0);
+            (sum > fleet_gpus).then(|| {
+                format!(
+                    "guarantees are over-committed: queues are guaranteed {sum} {flavor} GPUs, the fleet has {fleet_gpus}"
+                )
+            })
+        })
+        .collect()
 }
