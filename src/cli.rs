@@ -383,6 +383,14 @@ pub struct DevArgs {
     /// instead of now: tidal windows then open at the same moments on every run.
     #[arg(long, value_parser = parse_start_at)]
     pub start_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Also submit a stream of workloads sampled from the traces (Philly training, Alibaba
+    /// inference; `$TRACES` or ../shared/traces), or a built-in synthetic one without them, so
+    /// that every view moves.
+    #[arg(long)]
+    pub demo: bool,
+    /// Time between two demo submissions, in milliseconds.
+    #[arg(long, default_value_t = 1000, requires = "demo")]
+    pub demo_interval_ms: u64,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -711,6 +719,20 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
         )));
     }
     apply_dev_schedule(&node.addr, &token).await;
+    let demo_source = if a.demo {
+        let (workloads, source) = crate::demo::stream(crate::demo::traces_dir().as_deref());
+        let client = Client::with_token(&node.addr, Some(&token))?;
+        tracing::info!(workloads = workloads.len(), %source, "demo stream");
+        let feeder = tokio::spawn(crate::demo::feed(
+            client,
+            workloads,
+            std::time::Duration::from_millis(a.demo_interval_ms.max(1)),
+            stop.clone(),
+        ));
+        Some((source, feeder))
+    } else {
+        None
+    };
     println!("Tideway dev: a one-node federation and three simulated member clusters");
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
@@ -721,6 +743,12 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
     println!("  capacity: http://{}/v1/capacity", node.addr);
+    if let Some((source, _)) = &demo_source {
+        println!(
+            "  demo:     one workload every {} ms, {source}",
+            a.demo_interval_ms
+        );
+    }
     println!(
         "Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}",
         node.addr
@@ -732,6 +760,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("admin token: {token}");
     wait_for_signal().await;
     let _ = stop_tx.send(true);
+    if let Some((_, feeder)) = demo_source {
+        let _ = feeder.await;
+    }
     for a in agents {
         let _ = a.await;
     }

@@ -4,6 +4,7 @@ mod agent_cmd;
 mod bench;
 mod cli;
 mod config;
+mod demo;
 mod launcher;
 mod output;
 mod simulate_cmd;

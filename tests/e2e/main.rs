@@ -21,6 +21,7 @@ mod t86_auth;
 mod t87_hardening;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
+mod t91_demo;
 mod t95_dashboard;
 mod t95_node_fault;
 mod t96_deploy;
