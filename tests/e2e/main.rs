@@ -22,6 +22,7 @@ mod t87_hardening;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t91_demo;
+mod t92_metrics;
 mod t95_dashboard;
 mod t95_node_fault;
 mod t96_deploy;

@@ -295,9 +295,23 @@ pub async fn schedule_loop(
                     }
                 }
             }
+            // One notice per victim, counted by the victim's queue (an alert fires on a
+            // queue that keeps losing work).
+            metrics.preempted(
+                decisions
+                    .preempt
+                    .iter()
+                    .flat_map(|p| &p.victims)
+                    .map(|uid| {
+                        d.state
+                            .uids
+                            .get(uid.as_str())
+                            .and_then(|n| d.state.workloads.get(n))
+                            .map_or("", |w| w.spec.queue.as_str())
+                    }),
+            );
             decisions
         };
-        metrics.preempted(decisions.preempt.iter().map(|p| p.victims.len()).sum());
         let by_uid = output
             .decisions
             .iter()

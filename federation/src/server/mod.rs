@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod events;
 pub mod explain;
+pub mod http_metrics;
 pub mod internal;
 pub mod lifecycle;
 pub mod members;
@@ -177,5 +178,13 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             auth::authenticate,
+        ))
+        // Outermost: refused requests (401, 403) are timed and counted too.
+        .layer(axum::middleware::from_fn_with_state(
+            http_metrics::HttpMetrics {
+                metrics: state.metrics.clone(),
+                clock: state.clock.clone(),
+            },
+            http_metrics::record,
         ))
 }

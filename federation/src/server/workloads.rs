@@ -91,6 +91,22 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let res = submit_checked(&st, principal, headers, body).await;
+    if let Err(e) = &res {
+        // By the problem type the client sees: invalid, conflict, forbidden, unavailable...
+        let problem = e.to_problem();
+        st.metrics
+            .rejected(problem.type_.rsplit('/').next().unwrap_or("unknown"));
+    }
+    res
+}
+
+async fn submit_checked(
+    st: &AppState,
+    principal: Option<Extension<Principal>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
