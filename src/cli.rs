@@ -27,6 +27,17 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:7400";
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
+    /// Log lines as text (colours only on a terminal) or as one JSON object per line, for
+    /// log collectors.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TIDEWAY_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
+}
+
+/// How `--log-format` writes log lines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug, Clone)]

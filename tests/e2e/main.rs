@@ -23,6 +23,7 @@ mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t91_demo;
 mod t92_metrics;
+mod t93_logs;
 mod t95_dashboard;
 mod t95_node_fault;
 mod t96_deploy;

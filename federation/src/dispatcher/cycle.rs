@@ -284,6 +284,12 @@ pub async fn schedule_loop(
             let Ok(d) = data.read() else { continue };
             let decisions = decisions_of(&d.state, &output, now);
             for a in &decisions.assign {
+                tracing::info!(
+                    workload = %a.workload,
+                    cluster = %a.cluster,
+                    pool = %a.pool,
+                    "workload assigned"
+                );
                 if let Some(w) = d.state.workloads.get(a.workload.as_str())
                     && let Some(st) = &w.status
                 {
@@ -294,6 +300,15 @@ pub async fn schedule_loop(
                         metrics.reroute();
                     }
                 }
+            }
+            for p in &decisions.preempt {
+                tracing::info!(
+                    preemptor = %p.preemptor,
+                    cluster = %p.cluster,
+                    victims = ?p.victims,
+                    grace_seconds = p.grace_seconds,
+                    "preempting workloads"
+                );
             }
             // One notice per victim, counted by the victim's queue (an alert fires on a
             // queue that keeps losing work).

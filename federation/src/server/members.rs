@@ -75,7 +75,14 @@ pub async fn register(
             },
         ))
         .await?;
-    Ok(Json(member_of(res)?))
+    let member = member_of(res)?;
+    tracing::info!(
+        member = %member.metadata.name,
+        region = %member.spec.region,
+        actor = actor.as_deref().unwrap_or("-"),
+        "member cluster registered"
+    );
+    Ok(Json(member))
 }
 
 pub async fn heartbeat(

@@ -167,6 +167,13 @@ async fn submit_checked(
             object: StoredObject::Workload(w),
         }) => {
             st.metrics.submissions("created");
+            tracing::info!(
+                workload = %w.metadata.name,
+                queue = %w.spec.queue,
+                class = w.spec.class.as_str(),
+                gpus = w.spec.total_gpus(),
+                "workload submitted"
+            );
             workload_response(StatusCode::CREATED, &w)
         }
         Ok(CommandResult::Existing {
