@@ -508,6 +508,24 @@ impl Cli {
                 target,
             } => {
                 let client = target.client()?;
+                if let Some(name) = &queue {
+                    // A misspelt queue would list nothing and look like an empty queue.
+                    let known: Vec<String> = client
+                        .queues()
+                        .await?
+                        .items
+                        .into_iter()
+                        .map(|q| q.metadata.name)
+                        .collect();
+                    if !known.contains(name) {
+                        return Err(crate::exit_code::NotFound {
+                            kind: "queue",
+                            name: name.clone(),
+                            hint: format!(" (known: {})", known.join(", ")),
+                        }
+                        .into());
+                    }
+                }
                 let mut q = ListQuery {
                     queue,
                     phase,

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod config;
 mod demo;
+mod exit_code;
 mod launcher;
 mod output;
 mod simulate_cmd;
@@ -28,5 +29,11 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(cli.run())
+    match rt.block_on(cli.run()) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::exit(exit_code::of(&e));
+        }
+    }
 }

@@ -22,6 +22,7 @@ mod t87_hardening;
 mod t90_dev_preemption;
 mod t90_member_lifecycle;
 mod t91_demo;
+mod t92_cli_habits;
 mod t92_metrics;
 mod t93_logs;
 mod t95_dashboard;
