@@ -24,6 +24,7 @@ mod t90_member_lifecycle;
 mod t91_demo;
 mod t92_cli_habits;
 mod t92_metrics;
+mod t93_docs;
 mod t93_logs;
 mod t95_dashboard;
 mod t95_node_fault;
