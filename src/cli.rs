@@ -456,6 +456,12 @@ impl Cli {
                 } else {
                     output::print_one(&w, output)?;
                 }
+                // Accepted either way; a warning is best effort and never fails the submit.
+                if let Ok(cap) = client.capacity(true).await
+                    && let Some(warning) = crate::gang_check::impossible_gang(&w, &cap)
+                {
+                    eprintln!("{warning}");
+                }
                 Ok(())
             }
             Cmd::Get {

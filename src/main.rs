@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod demo;
 mod exit_code;
+mod gang_check;
 mod launcher;
 mod output;
 mod simulate_cmd;
