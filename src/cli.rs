@@ -556,11 +556,12 @@ impl Cli {
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let applied = target.client()?.apply_raw(body, yaml).await?;
+                let (applied, outcome) = target.client()?.apply_with_outcome(body, yaml).await?;
                 println!(
-                    "{}/{} configured",
+                    "{}/{} {}",
                     applied.kind().to_lowercase(),
-                    applied.metadata().name
+                    applied.metadata().name,
+                    outcome.as_deref().unwrap_or("configured")
                 );
                 Ok(())
             }
