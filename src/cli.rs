@@ -28,6 +28,17 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:7400";
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
+    /// Log lines as text (colours only on a terminal) or as one JSON object per line, for
+    /// log collectors.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TIDEWAY_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
+}
+
+/// How `--log-format` writes log lines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -585,6 +596,14 @@ pub struct DevArgs {
     /// instead of now: tidal windows then open at the same moments on every run.
     #[arg(long, value_parser = parse_start_at)]
     pub start_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Also submit a stream of workloads sampled from the traces (Philly training, Alibaba
+    /// inference; `$TRACES` or ../shared/traces), or a built-in synthetic one without them, so
+    /// that every view moves.
+    #[arg(long)]
+    pub demo: bool,
+    /// Time between two demo submissions, in milliseconds.
+    #[arg(long, default_value_t = 1000, requires = "demo")]
+    pub demo_interval_ms: u64,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -638,6 +657,12 @@ impl Cli {
                     println!("workload/{} {verb}", w.metadata.name);
                 } else {
                     output::print_one(&w, output)?;
+                }
+                // Accepted either way; a warning is best effort and never fails the submit.
+                if let Ok(cap) = client.capacity(true).await
+                    && let Some(warning) = crate::gang_check::impossible_gang(&w, &cap)
+                {
+                    eprintln!("{warning}");
                 }
                 Ok(())
             }
@@ -712,6 +737,24 @@ impl Cli {
                 ..
             } => {
                 let client = target.client()?;
+                if let Some(name) = &queue {
+                    // A misspelt queue would list nothing and look like an empty queue.
+                    let known: Vec<String> = client
+                        .queues()
+                        .await?
+                        .items
+                        .into_iter()
+                        .map(|q| q.metadata.name)
+                        .collect();
+                    if !known.contains(name) {
+                        return Err(crate::exit_code::NotFound {
+                            kind: "queue",
+                            name: name.clone(),
+                            hint: format!(" (known: {})", known.join(", ")),
+                        }
+                        .into());
+                    }
+                }
                 let mut q = ListQuery {
                     queue,
                     phase,
@@ -736,11 +779,12 @@ impl Cli {
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
-                let applied = target.client()?.apply_raw(body, yaml).await?;
+                let (applied, outcome) = target.client()?.apply_with_outcome(body, yaml).await?;
                 println!(
-                    "{}/{} configured",
+                    "{}/{} {}",
                     applied.kind().to_lowercase(),
-                    applied.metadata().name
+                    applied.metadata().name,
+                    outcome.as_deref().unwrap_or("configured")
                 );
                 Ok(())
             }
@@ -1181,6 +1225,20 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
         )));
     }
     apply_dev_schedule(&node.addr, &token).await;
+    let demo_source = if a.demo {
+        let (workloads, source) = crate::demo::stream(crate::demo::traces_dir().as_deref());
+        let client = Client::with_token(&node.addr, Some(&token))?;
+        tracing::info!(workloads = workloads.len(), %source, "demo stream");
+        let feeder = tokio::spawn(crate::demo::feed(
+            client,
+            workloads,
+            std::time::Duration::from_millis(a.demo_interval_ms.max(1)),
+            stop.clone(),
+        ));
+        Some((source, feeder))
+    } else {
+        None
+    };
     println!("Tideway dev: a one-node federation and three simulated member clusters");
     for (name, region, _) in DEV_MEMBERS {
         println!("  member:   {name} ({region}, simulated)");
@@ -1191,6 +1249,12 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
     println!("  capacity: http://{}/v1/capacity", node.addr);
+    if let Some((source, _)) = &demo_source {
+        println!(
+            "  demo:     one workload every {} ms, {source}",
+            a.demo_interval_ms
+        );
+    }
     println!(
         "Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}",
         node.addr
@@ -1202,6 +1266,9 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("admin token: {token}");
     wait_for_signal().await;
     let _ = stop_tx.send(true);
+    if let Some((_, feeder)) = demo_source {
+        let _ = feeder.await;
+    }
     for a in agents {
         let _ = a.await;
     }

@@ -4,6 +4,9 @@ mod agent_cmd;
 mod bench;
 mod cli;
 mod config;
+mod demo;
+mod exit_code;
+mod gang_check;
 mod launcher;
 mod output;
 mod policy_replay;
@@ -16,12 +19,24 @@ fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        cli::LogFormat::Json => builder.json().init(),
+        // Colours are for people at a terminal; a file or a pipe gets plain text.
+        cli::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(cli.run())
+    match rt.block_on(cli.run()) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::exit(exit_code::of(&e));
+        }
+    }
 }

@@ -74,6 +74,10 @@ fn render_problem(p: &Problem) -> String {
     s
 }
 
+/// The header of a `POST /v1/apply` answer that says what the apply did: `created`,
+/// `configured` or `unchanged`.
+pub const APPLY_OUTCOME_HEADER: &str = "tideway-apply-outcome";
+
 /// Query of `GET /v1/workloads`.
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
@@ -429,6 +433,16 @@ impl Client {
     /// Creates or replaces a Queue or PriorityClass from a JSON or YAML document; returns the
     /// stored object.
     pub async fn apply_raw(&self, body: Vec<u8>, yaml: bool) -> Result<AnyResource, ClientError> {
+        self.apply_with_outcome(body, yaml).await.map(|(r, _)| r)
+    }
+
+    /// As [`Client::apply_raw`], with what the apply did (`created`, `configured` or
+    /// `unchanged`, from the [`APPLY_OUTCOME_HEADER`]; `None` from a server that does not say).
+    pub async fn apply_with_outcome(
+        &self,
+        body: Vec<u8>,
+        yaml: bool,
+    ) -> Result<(AnyResource, Option<String>), ClientError> {
         let ct = if yaml {
             "application/yaml"
         } else {
@@ -442,19 +456,24 @@ impl Client {
             .send()
             .await
             .map_err(|e| self.transport(e))?;
+        let outcome = resp
+            .headers()
+            .get(APPLY_OUTCOME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
         if !status.is_success() {
             return Err(self.refused(status, &bytes));
         }
         // The answer is the stored object, of whichever kind was applied: dispatch on `kind`.
-        crate::decode::decode_resource(&bytes, Some("application/json")).map_err(|e| {
-            ClientError::Unexpected {
+        crate::decode::decode_resource(&bytes, Some("application/json"))
+            .map(|r| (r, outcome))
+            .map_err(|e| ClientError::Unexpected {
                 addr: self.addr.clone(),
                 status: status.as_u16(),
                 body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
-            }
-        })
+            })
     }
 
     /// `hours` hours of a quota schedule's timeline from now.

@@ -29,6 +29,48 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    pub cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+/// A member's pool: fragmentation and capacity are per pool, and a pool has one flavor.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub cluster: String,
+    pub pool: String,
+    pub flavor: String,
+}
+
+/// As [`PoolLabel`], with which part of the capacity (`total`, `allocated`, `free`,
+/// `unhealthy`, `cordoned`, `borrowed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabel {
+    pub cluster: String,
+    pub pool: String,
+    pub flavor: String,
+    pub state: String,
+}
+
+/// An HTTP route by its matched path template (`/v1/workloads/{id}`, never the raw path:
+/// one series per route, not per workload), method and status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabel {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
 pub struct Metrics {
     registry: Registry,
     submissions: Family<ResultLabel, Counter>,
@@ -41,9 +83,22 @@ pub struct Metrics {
     cycle_seconds: Histogram,
     assign_latency: Histogram,
     queue_depth: Family<QueueLabel, Gauge<i64, AtomicI64>>,
-    preemptions: Counter<u64, AtomicU64>,
+    preemptions: Family<QueueLabel, Counter>,
     reroutes: Counter<u64, AtomicU64>,
     member_phase: Family<MemberPhaseLabel, Gauge<i64, AtomicI64>>,
+    rejected: Family<ReasonLabel, Counter>,
+    evictions: Family<ClusterLabel, Counter>,
+    fragmentation: Family<PoolLabel, Gauge<f64, AtomicU64>>,
+    capacity: Family<CapacityLabel, Gauge<i64, AtomicI64>>,
+    workloads: Family<PhaseLabel, Gauge<i64, AtomicI64>>,
+    reschedule_ratio: Gauge<f64, AtomicU64>,
+    commit_index: Gauge<i64, AtomicI64>,
+    apply_lag: Gauge<i64, AtomicI64>,
+    http: Family<HttpLabel, Histogram, fn() -> Histogram>,
+}
+
+fn http_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
 impl Default for Metrics {
@@ -101,10 +156,10 @@ impl Default for Metrics {
             "Pending workloads per queue",
             queue_depth.clone(),
         );
-        let preemptions = Counter::default();
+        let preemptions = Family::<QueueLabel, Counter>::default();
         registry.register(
             "preemptions",
-            "Workloads sent a preemption notice",
+            "Workloads sent a preemption notice, by the victim's queue",
             preemptions.clone(),
         );
         let reroutes = Counter::default();
@@ -119,7 +174,71 @@ impl Default for Metrics {
             "1 for the phase each member cluster is in (Ready, NotReady, Draining, Cordoned)",
             member_phase.clone(),
         );
+        let rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "workload_submissions_rejected",
+            "Workload submissions refused, by the problem type of the answer (invalid, conflict, forbidden, ...)",
+            rejected.clone(),
+        );
+        let evictions = Family::<ClusterLabel, Counter>::default();
+        registry.register(
+            "node_evictions",
+            "Workloads a member cluster reported evicted (node fault, local or our preemption)",
+            evictions.clone(),
+        );
+        let fragmentation = Family::<PoolLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "fragmentation_ratio",
+            "Free GPUs a whole-node gang cannot use, as a share of the free GPUs, per member pool and flavor",
+            fragmentation.clone(),
+        );
+        let capacity = Family::<CapacityLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "member_capacity_gpus",
+            "GPUs of each member pool by state (total, allocated, free, unhealthy, cordoned, borrowed)",
+            capacity.clone(),
+        );
+        let workloads = Family::<PhaseLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "workloads",
+            "Workloads held in the replicated state, by phase",
+            workloads.clone(),
+        );
+        let reschedule_ratio = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "rescheduling_success_ratio",
+            "Of the workloads whose first placement failed or was evicted, the share placed again (assigned, running or succeeded) rather than failed; 1 when there are none",
+            reschedule_ratio.clone(),
+        );
+        let commit_index = Gauge::default();
+        registry.register(
+            "raft_commit_index",
+            "Highest log index this node knows to be committed",
+            commit_index.clone(),
+        );
+        let apply_lag = Gauge::default();
+        registry.register(
+            "raft_apply_lag",
+            "Committed log entries this node has not applied yet",
+            apply_lag.clone(),
+        );
+        let http =
+            Family::<HttpLabel, Histogram, fn() -> Histogram>::new_with_constructor(http_histogram);
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP requests by method, matched route template and status",
+            http.clone(),
+        );
         Self {
+            rejected,
+            evictions,
+            fragmentation,
+            capacity,
+            workloads,
+            reschedule_ratio,
+            commit_index,
+            apply_lag,
+            http,
             member_phase,
             registry,
             cycle_seconds,
@@ -164,8 +283,96 @@ impl Metrics {
         self.reroutes.inc();
     }
 
-    pub fn preempted(&self, n: usize) {
-        self.preemptions.inc_by(n as u64);
+    /// Counts preemption notices, one per victim, by the victim's queue.
+    pub fn preempted<'a>(&self, victim_queues: impl IntoIterator<Item = &'a str>) {
+        for queue in victim_queues {
+            self.preemptions
+                .get_or_create(&QueueLabel {
+                    queue: queue.to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// Counts a refused submission by its problem type.
+    pub fn rejected(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts workloads a member reported evicted.
+    pub fn evicted(&self, cluster: &str, n: usize) {
+        self.evictions
+            .get_or_create(&ClusterLabel {
+                cluster: cluster.to_string(),
+            })
+            .inc_by(n as u64);
+    }
+
+    /// One HTTP request's latency, by method, matched route and status.
+    pub fn observe_http(&self, method: &str, route: &str, status: u16, d: Duration) {
+        self.http
+            .get_or_create(&HttpLabel {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    /// Sets the gauges read from the replicated state at render time (every node reports
+    /// them, followers too).
+    pub fn set_state(&self, s: &StateGauges) {
+        // Counters of every queue and member exist from the start at 0, so `increase()` sees
+        // the first event and the families are served before anything happened.
+        for queue in &s.queues {
+            self.preemptions
+                .get_or_create(&QueueLabel {
+                    queue: queue.clone(),
+                })
+                .inc_by(0);
+        }
+        for p in &s.pools {
+            self.evictions
+                .get_or_create(&ClusterLabel {
+                    cluster: p.cluster.clone(),
+                })
+                .inc_by(0);
+        }
+        for p in &s.pools {
+            let pool = PoolLabel {
+                cluster: p.cluster.clone(),
+                pool: p.pool.clone(),
+                flavor: p.flavor.clone(),
+            };
+            self.fragmentation.get_or_create(&pool).set(p.fragmentation);
+            for (state, gpus) in p.gpus {
+                self.capacity
+                    .get_or_create(&CapacityLabel {
+                        cluster: p.cluster.clone(),
+                        pool: p.pool.clone(),
+                        flavor: p.flavor.clone(),
+                        state: state.to_string(),
+                    })
+                    .set(i64::try_from(gpus).unwrap_or(i64::MAX));
+            }
+        }
+        for (phase, n) in &s.phases {
+            self.workloads
+                .get_or_create(&PhaseLabel {
+                    phase: phase.clone(),
+                })
+                .set(*n);
+        }
+        let tried = s.rescheduled_ok + s.rescheduled_failed;
+        self.reschedule_ratio.set(if tried == 0 {
+            1.0
+        } else {
+            s.rescheduled_ok as f64 / tried as f64
+        });
     }
 
     /// Sets every member's phase series from the replicated state.
@@ -193,6 +400,9 @@ impl Metrics {
         self.term.set(node.term as i64);
         self.is_leader.set(i64::from(node.is_leader));
         self.last_applied.set(node.last_applied as i64);
+        self.commit_index.set(node.committed as i64);
+        self.apply_lag
+            .set(node.committed.saturating_sub(node.last_applied) as i64);
         // Counters only go up; catch them up to the store's own counts.
         let s = self.log_syncs.get();
         self.log_syncs.inc_by(node.log_syncs.saturating_sub(s));
@@ -210,8 +420,33 @@ pub struct NodeGauges {
     pub term: u64,
     pub is_leader: bool,
     pub last_applied: u64,
+    pub committed: u64,
     pub log_syncs: u64,
     pub log_entries: u64,
+}
+
+/// One member pool's capacity, as the metrics see it.
+#[derive(Debug, Clone, Default)]
+pub struct PoolGauges {
+    pub cluster: String,
+    pub pool: String,
+    pub flavor: String,
+    pub fragmentation: f64,
+    /// GPUs by state: total, allocated, free, unhealthy, cordoned, borrowed.
+    pub gpus: [(&'static str, u64); 6],
+}
+
+/// What the replicated state says at render time.
+#[derive(Debug, Clone, Default)]
+pub struct StateGauges {
+    pub pools: Vec<PoolGauges>,
+    /// Every queue's name.
+    pub queues: Vec<String>,
+    /// Workloads per phase (every phase, zeros included, so a series never vanishes).
+    pub phases: Vec<(String, i64)>,
+    /// Workloads placed again after a failed or evicted attempt, and those that failed.
+    pub rescheduled_ok: u64,
+    pub rescheduled_failed: u64,
 }
 
 #[cfg(test)]
@@ -229,6 +464,56 @@ mod tests {
             r#"tideway_member_phase{cluster="eu",phase="Ready"} 1"#,
             r#"tideway_member_phase{cluster="eu",phase="NotReady"} 0"#,
             r#"tideway_member_phase{cluster="eu",phase="Cordoned"} 0"#,
+        ] {
+            assert!(out.contains(line), "{line} not in {out}");
+        }
+    }
+
+    #[test]
+    fn state_gauges_preemptions_evictions_and_rejections_are_labelled() {
+        let m = Metrics::default();
+        m.preempted(["batch", "batch", "research"]);
+        m.rejected("invalid");
+        m.evicted("eu", 2);
+        m.set_state(&StateGauges {
+            pools: vec![PoolGauges {
+                cluster: "eu".into(),
+                pool: "training".into(),
+                flavor: "H100".into(),
+                fragmentation: 0.25,
+                gpus: [
+                    ("total", 80),
+                    ("allocated", 40),
+                    ("free", 40),
+                    ("unhealthy", 0),
+                    ("cordoned", 0),
+                    ("borrowed", 8),
+                ],
+            }],
+            phases: vec![("running".into(), 3)],
+            queues: vec!["idle".into()],
+            rescheduled_ok: 3,
+            rescheduled_failed: 1,
+        });
+        let out = m
+            .encode(&NodeGauges {
+                committed: 10,
+                last_applied: 7,
+                ..NodeGauges::default()
+            })
+            .unwrap();
+        for line in [
+            r#"tideway_preemptions_total{queue="batch"} 2"#,
+            r#"tideway_preemptions_total{queue="research"} 1"#,
+            r#"tideway_preemptions_total{queue="idle"} 0"#,
+            r#"tideway_workload_submissions_rejected_total{reason="invalid"} 1"#,
+            r#"tideway_node_evictions_total{cluster="eu"} 2"#,
+            r#"tideway_fragmentation_ratio{cluster="eu",pool="training",flavor="H100"} 0.25"#,
+            r#"tideway_member_capacity_gpus{cluster="eu",pool="training",flavor="H100",state="borrowed"} 8"#,
+            r#"tideway_workloads{phase="running"} 3"#,
+            "tideway_rescheduling_success_ratio 0.75",
+            "tideway_raft_commit_index 10",
+            "tideway_raft_apply_lag 3",
         ] {
             assert!(out.contains(line), "{line} not in {out}");
         }

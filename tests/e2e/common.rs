@@ -143,10 +143,26 @@ pub async fn assert_holds_exactly_once(addr: &str, acked: &BTreeSet<String>) -> 
 }
 
 /// Runs the `tideway` CLI against `addr` the way a user would; (success, stdout, stderr).
+/// It reads no CLI configuration (the runner's ~/.config is none of a test's business).
 pub fn tideway(addr: &str, args: &[&str]) -> (bool, String, String) {
+    tideway_with_config(
+        &std::env::temp_dir().join("tideway-e2e-no-config"),
+        addr,
+        args,
+    )
+}
+
+/// As [`tideway`], with the CLI configuration at `config` (e.g. the one `tideway dev` wrote,
+/// with its admin token).
+pub fn tideway_with_config(
+    config: &std::path::Path,
+    addr: &str,
+    args: &[&str],
+) -> (bool, String, String) {
     let out = std::process::Command::new(BIN)
         .args(args)
         .env("TIDEWAY_ADDR", addr)
+        .env("TIDEWAY_CONFIG", config)
         .output()
         .expect("run tideway");
     (

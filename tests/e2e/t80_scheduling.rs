@@ -60,7 +60,7 @@ async fn quotas_capacity_and_explain_through_the_cli() {
     )
     .unwrap();
     let (ok, out, err) = tideway(&addr, &["apply", "-f", queue.to_str().unwrap()]);
-    assert!(ok && out.contains("queue/team-a configured"), "{out}{err}");
+    assert!(ok && out.contains("queue/team-a created"), "{out}{err}");
     let (ok, out, _) = tideway(&addr, &["queues"]);
     assert!(
         ok && out.contains("team-a") && out.contains("H100 16"),

@@ -81,6 +81,8 @@ async fn a_high_priority_gang_preempts_low_work_after_its_minimum_runtime() {
             "--data",
         ])
         .arg(dir.path().join("data"))
+        // Its CLI context goes to the test's directory, never the runner's ~/.config.
+        .env("TIDEWAY_CONFIG", dir.path().join("cli-config"))
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
         .spawn()

@@ -70,6 +70,8 @@ fn start_dev(dir: &Path) -> Dev {
             "--data",
         ])
         .arg(dir.join("data"))
+        // Its CLI context goes to the test's directory, never the runner's ~/.config.
+        .env("TIDEWAY_CONFIG", dir.join("cli-config"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
@@ -125,11 +127,19 @@ async fn dashboard_shows_clusters_assignments_and_pending_reasons() {
 
     // Submitted the way a user does: the CLI.
     let example = repo().join("api/testdata/workload-llama-ft.yaml");
-    let (ok, out, err) = tideway(&dev.addr, &["submit", "-f", example.to_str().unwrap()]);
+    let (ok, out, err) = tideway_with_config(
+        &dir.path().join("cli-config"),
+        &dev.addr,
+        &["submit", "-f", example.to_str().unwrap()],
+    );
     assert!(ok, "submit: {out}{err}");
     let too_big = dir.path().join("too-big.yaml");
     std::fs::write(&too_big, TOO_BIG).unwrap();
-    let (ok, out, err) = tideway(&dev.addr, &["submit", "-f", too_big.to_str().unwrap()]);
+    let (ok, out, err) = tideway_with_config(
+        &dir.path().join("cli-config"),
+        &dev.addr,
+        &["submit", "-f", too_big.to_str().unwrap()],
+    );
     assert!(ok, "submit: {out}{err}");
 
     let cluster = wait_until("llama-ft-1 assigned", Duration::from_secs(30), || async {

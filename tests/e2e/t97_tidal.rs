@@ -136,7 +136,7 @@ async fn a_boundary_across_a_leader_kill_is_applied_once_and_hands_over() {
     std::fs::write(&file, schedule(boundary)).unwrap();
     let (ok, out, err) = tideway(&addrs[0], &["apply", "-f", file.to_str().unwrap()]);
     assert!(
-        ok && out.contains("quotaschedule/tide configured"),
+        ok && out.contains("quotaschedule/tide created"),
         "{out}{err}"
     );
     let t = timeline(&clients).await;

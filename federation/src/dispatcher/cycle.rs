@@ -302,6 +302,12 @@ pub async fn schedule_loop(
             let mut decisions = decisions_of(&d.state, &output, now);
             decisions.policy_version = Some(version);
             for a in &decisions.assign {
+                tracing::info!(
+                    workload = %a.workload,
+                    cluster = %a.cluster,
+                    pool = %a.pool,
+                    "workload assigned"
+                );
                 if let Some(w) = d.state.workloads.get(a.workload.as_str())
                     && let Some(st) = &w.status
                 {
@@ -313,9 +319,32 @@ pub async fn schedule_loop(
                     }
                 }
             }
+            for p in &decisions.preempt {
+                tracing::info!(
+                    preemptor = %p.preemptor,
+                    cluster = %p.cluster,
+                    victims = ?p.victims,
+                    grace_seconds = p.grace_seconds,
+                    "preempting workloads"
+                );
+            }
+            // One notice per victim, counted by the victim's queue (an alert fires on a
+            // queue that keeps losing work).
+            metrics.preempted(
+                decisions
+                    .preempt
+                    .iter()
+                    .flat_map(|p| &p.victims)
+                    .map(|uid| {
+                        d.state
+                            .uids
+                            .get(uid.as_str())
+                            .and_then(|n| d.state.workloads.get(n))
+                            .map_or("", |w| w.spec.queue.as_str())
+                    }),
+            );
             decisions
         };
-        metrics.preempted(decisions.preempt.iter().map(|p| p.victims.len()).sum());
         let by_uid = output
             .decisions
             .iter()

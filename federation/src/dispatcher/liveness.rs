@@ -160,6 +160,7 @@ pub async fn heartbeat(
     };
     let due = live.beat(name, digest.clone(), replicated.as_ref(), cfg);
     if phase == MemberPhase::NotReady {
+        tracing::info!(member = %name, "member heartbeats resumed: Ready");
         accepted(
             proposer
                 .propose(Command::MemberHealth {

@@ -19,13 +19,17 @@ pub async fn apply(
     principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<AnyResource>, ApiError> {
+) -> Result<([(&'static str, &'static str); 1], Json<AnyResource>), ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
     let ct = super::workloads::content_type(&headers)?;
     let res = tideway_api::decode_resource(&body, ct)
         .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    // What this apply does to the current state, for `kubectl apply`-like output; read after
+    // a barrier, so a follower does not answer from a stale copy.
+    st.read_barrier(false).await?;
+    let outcome = st.read(|d| outcome(&d.state, &res))?;
     let at = st.clock.now();
     let actor = principal.map(|axum::Extension(p)| p.subject);
     let cmd = match res {
@@ -66,17 +70,27 @@ pub async fn apply(
         .await?
     {
         // Existing: the same rules were in force already; no new version was made.
-        CommandResult::Created { object } | CommandResult::Existing { object } => match object {
-            StoredObject::Queue(q) => Ok(Json(AnyResource::Queue(*q))),
-            StoredObject::PriorityClass(p) => Ok(Json(AnyResource::PriorityClass(*p))),
-            StoredObject::QuotaSchedule(s) => Ok(Json(AnyResource::QuotaSchedule(*s))),
-            StoredObject::Policy(p) => Ok(Json(AnyResource::Policy(*p))),
-            StoredObject::Webhook(w) => Ok(Json(AnyResource::Webhook(*w))),
-            StoredObject::RoleBinding(b) => Ok(Json(AnyResource::RoleBinding(*b))),
-            other => Err(ApiError::Internal(format!(
-                "unexpected stored object {other:?}"
-            ))),
-        },
+        res @ (CommandResult::Created { .. } | CommandResult::Existing { .. }) => {
+            let (object, outcome) = match res {
+                CommandResult::Existing { object } => (object, "unchanged"),
+                CommandResult::Created { object } => (object, outcome),
+                _ => return Err(ApiError::Internal("unreachable apply result".into())),
+            };
+            let doc = match object {
+                StoredObject::Queue(q) => AnyResource::Queue(*q),
+                StoredObject::PriorityClass(p) => AnyResource::PriorityClass(*p),
+                StoredObject::QuotaSchedule(s) => AnyResource::QuotaSchedule(*s),
+                StoredObject::Policy(p) => AnyResource::Policy(*p),
+                StoredObject::Webhook(w) => AnyResource::Webhook(*w),
+                StoredObject::RoleBinding(b) => AnyResource::RoleBinding(*b),
+                other => {
+                    return Err(ApiError::Internal(format!(
+                        "unexpected stored object {other:?}"
+                    )));
+                }
+            };
+            Ok(([(OUTCOME_HEADER, outcome)], Json(doc)))
+        }
         CommandResult::Rejected {
             rejection: Rejection::Invalid { errors },
         } => Err(ApiError::Invalid(errors)),
@@ -126,5 +140,66 @@ pub async fn delete_role_binding(
         } => Ok(Json(*b)),
         CommandResult::Rejected { rejection } => Err(rejection.into()),
         other => Err(ApiError::unexpected(other)),
+    }
+}
+
+/// The response header that says what an apply did: `created`, `configured` or `unchanged`.
+pub const OUTCOME_HEADER: &str = tideway_api::client::APPLY_OUTCOME_HEADER;
+
+/// `created` when no object of that kind and name exists, `unchanged` when its spec and
+/// labels are the same, `configured` otherwise (a policy bundle is always `configured`).
+fn outcome(state: &crate::state::FederationState, res: &AnyResource) -> &'static str {
+    fn compare<S: PartialEq>(
+        old: Option<(&S, &std::collections::BTreeMap<String, String>)>,
+        new: (&S, &std::collections::BTreeMap<String, String>),
+    ) -> &'static str {
+        match old {
+            None => "created",
+            Some(o) if o == new => "unchanged",
+            Some(_) => "configured",
+        }
+    }
+    match res {
+        AnyResource::Queue(q) => compare(
+            state
+                .queues
+                .get(&q.metadata.name)
+                .map(|o| (&o.spec, &o.metadata.labels)),
+            (&q.spec, &q.metadata.labels),
+        ),
+        AnyResource::PriorityClass(p) => compare(
+            state
+                .priority_classes
+                .get(&p.metadata.name)
+                .map(|o| (&o.spec, &o.metadata.labels)),
+            (&p.spec, &p.metadata.labels),
+        ),
+        AnyResource::QuotaSchedule(s) => compare(
+            state
+                .tidal
+                .schedules
+                .get(&s.metadata.name)
+                .map(|o| (&o.spec, &o.metadata.labels)),
+            (&s.spec, &s.metadata.labels),
+        ),
+        _ => "configured",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tideway_api::{Queue, QueueSpec};
+
+    #[test]
+    fn apply_outcome_is_created_then_unchanged_then_configured() {
+        let mut state = crate::state::FederationState::default();
+        let q = Queue::new("team-a", QueueSpec::new("a"));
+        assert_eq!(outcome(&state, &AnyResource::Queue(q.clone())), "created");
+        state.queues.insert("team-a".into(), q.clone());
+        assert_eq!(outcome(&state, &AnyResource::Queue(q.clone())), "unchanged");
+        let mut changed = q;
+        changed.spec.fair_share_weight = 3.0;
+        assert_eq!(outcome(&state, &AnyResource::Queue(changed)), "configured");
     }
 }

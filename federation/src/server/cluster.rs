@@ -71,6 +71,7 @@ pub async fn join(
 ) -> Result<Json<JoinAck>, ApiError> {
     let req: JoinRequest = json_body(body)?;
     membership::join(&st.raft, &st.forwarder, &req).await?;
+    tracing::info!(node = req.id, addr = %req.addr, "federation node joined");
     Ok(Json(JoinAck {
         joined: req.id,
         addr: req.addr,

@@ -76,7 +76,14 @@ pub async fn register(
             },
         ))
         .await?;
-    Ok(Json(member_of(res)?))
+    let member = member_of(res)?;
+    tracing::info!(
+        member = %member.metadata.name,
+        region = %member.spec.region,
+        actor = actor.as_deref().unwrap_or("-"),
+        "member cluster registered"
+    );
+    Ok(Json(member))
 }
 
 pub async fn heartbeat(
@@ -187,15 +194,25 @@ pub async fn status(
     if statuses.is_empty() {
         return Ok(Json(StatusAck { updated: 0 }));
     }
+    // Counted once committed, and only for reports that took effect (not replays).
+    let evicted = statuses
+        .iter()
+        .filter(|s| matches!(s.phase, tideway_api::agent::LocalPhase::Evicted { .. }))
+        .count();
     let res = st
         .proposer
         .propose(Command::ReportStatus {
-            cluster: name.into(),
+            cluster: name.clone().into(),
             statuses,
         })
         .await?;
     match res {
-        CommandResult::Updated { count } => Ok(Json(StatusAck { updated: count })),
+        CommandResult::Updated { count } => {
+            if evicted > 0 {
+                st.metrics.evicted(&name, evicted);
+            }
+            Ok(Json(StatusAck { updated: count }))
+        }
         other => Err(ApiError::unexpected(other)),
     }
 }
@@ -229,12 +246,19 @@ pub async fn capacity(
 ) -> Result<Json<CapacityView>, ApiError> {
     let Query(q) = q.map_err(super::workloads::query_error)?;
     st.read_barrier(q.stale).await?;
-    let view = st.read(|d| {
+    let view = st.read(|d| capacity_view(&d.state))?;
+    Ok(Json(view))
+}
+
+/// The fleet's capacity from the members' latest digests: the `/v1/capacity` answer, and what
+/// the capacity and fragmentation metrics report.
+pub(super) fn capacity_view(state: &crate::state::FederationState) -> CapacityView {
+    {
         let mut fleet = CapacitySummary::default();
         let mut regions: BTreeMap<String, CapacitySummary> = BTreeMap::new();
         let mut flavors: BTreeMap<String, CapacitySummary> = BTreeMap::new();
         let mut clusters = Vec::new();
-        for (name, m) in &d.state.members {
+        for (name, m) in &state.members {
             let status = m.cluster.status.clone().unwrap_or_default();
             let mut cap = CapacitySummary::default();
             let mut pools = Vec::new();
@@ -277,6 +301,5 @@ pub async fn capacity(
             clusters,
             fragmentation_definition: FRAGMENTATION_DEFINITION.to_string(),
         }
-    })?;
-    Ok(Json(view))
+    }
 }

@@ -7,7 +7,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::metrics::NodeGauges;
+use crate::metrics::{NodeGauges, PoolGauges, StateGauges};
+use crate::state::FederationState as FedState;
+use tideway_api::WorkloadPhase;
 
 pub async fn render(State(st): State<AppState>) -> Response {
     let m = crate::raft::metrics(&st.raft);
@@ -15,6 +17,7 @@ pub async fn render(State(st): State<AppState>) -> Response {
         term: m.current_term,
         is_leader: m.current_leader == Some(m.id),
         last_applied: m.last_applied.map(|l| l.index()).unwrap_or(0),
+        committed: m.local_committed.map(|l| l.index()).unwrap_or(0),
         log_syncs: st.log_stats.syncs.load(Ordering::Relaxed),
         log_entries: st.log_stats.entries.load(Ordering::Relaxed),
     };
@@ -31,6 +34,9 @@ pub async fn render(State(st): State<AppState>) -> Response {
     }) {
         st.metrics.set_member_phases(&members);
     }
+    if let Ok(gauges) = st.read(|d| state_gauges(&d.state)) {
+        st.metrics.set_state(&gauges);
+    }
     match st.metrics.encode(&node) {
         Ok(out) => (
             [(
@@ -45,5 +51,58 @@ pub async fn render(State(st): State<AppState>) -> Response {
             "encode failed",
         )
             .into_response(),
+    }
+}
+
+/// Capacity, fragmentation, phases and rescheduling outcomes from the replicated state.
+fn state_gauges(state: &FedState) -> StateGauges {
+    let view = super::members::capacity_view(state);
+    let pools = view
+        .clusters
+        .iter()
+        .flat_map(|c| {
+            c.pools.iter().map(|p| PoolGauges {
+                cluster: c.cluster.clone(),
+                pool: p.pool.clone(),
+                flavor: p.flavor.clone(),
+                fragmentation: p.fragmentation,
+                gpus: [
+                    ("total", p.capacity.total),
+                    ("allocated", p.capacity.allocated),
+                    ("free", p.capacity.free),
+                    ("unhealthy", p.capacity.unhealthy),
+                    ("cordoned", p.capacity.cordoned),
+                    ("borrowed", p.capacity.borrowed),
+                ],
+            })
+        })
+        .collect();
+    let mut phases: Vec<(String, i64)> = WorkloadPhase::ALL
+        .iter()
+        .map(|p| (p.as_str().to_string(), 0))
+        .collect();
+    let (mut ok, mut failed) = (0, 0);
+    for w in state.workloads.values() {
+        let Some(st) = &w.status else { continue };
+        if let Some(slot) = phases.iter_mut().find(|(p, _)| p == st.phase.as_str()) {
+            slot.1 += 1;
+        }
+        // A second attempt: the first placement failed or was evicted.
+        if st.attempts > 1 {
+            match st.phase {
+                WorkloadPhase::Assigned | WorkloadPhase::Running | WorkloadPhase::Succeeded => {
+                    ok += 1
+                }
+                WorkloadPhase::Failed => failed += 1,
+                _ => {}
+            }
+        }
+    }
+    StateGauges {
+        pools,
+        queues: state.queues.keys().cloned().collect(),
+        phases,
+        rescheduled_ok: ok,
+        rescheduled_failed: failed,
     }
 }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod events;
 pub mod explain;
+pub mod http_metrics;
 pub mod internal;
 pub mod jwt;
 pub mod lifecycle;
@@ -230,4 +231,49 @@ pub fn router(state: AppState) -> Router {
             state.limits.request_timeout,
             rate_limit::bound_time,
         ))
+        // Outermost: refused requests (401, 403) are timed and counted too.
+        .layer(axum::middleware::from_fn_with_state(
+            http_metrics::HttpMetrics {
+                metrics: state.metrics.clone(),
+                clock: state.clock.clone(),
+            },
+            http_metrics::record,
+        ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every route of the router is in docs/api.md (path parameters may be named
+    /// differently there, e.g. `{name-or-uid}` for `{id}`). Fix by documenting the route.
+    #[test]
+    fn docs_api_md_covers_every_route() {
+        let src = include_str!("mod.rs");
+        let src = src.split("#[cfg(test)]").next().unwrap_or(src);
+        let doc = include_str!("../../../docs/api.md");
+        let norm = |p: &str| {
+            let mut out = String::new();
+            let mut in_param = false;
+            for c in p.chars() {
+                match c {
+                    '{' => {
+                        in_param = true;
+                        out.push_str("{}");
+                    }
+                    '}' => in_param = false,
+                    _ if in_param => {}
+                    _ => out.push(c),
+                }
+            }
+            out
+        };
+        let doc = norm(doc);
+        let routes: Vec<&str> = src
+            .split(".route(")
+            .skip(1)
+            .filter_map(|r| r.trim_start().strip_prefix('"')?.split('"').next())
+            .collect();
+        assert!(routes.len() > 20, "{routes:?}");
+        let missing: Vec<&&str> = routes.iter().filter(|r| !doc.contains(&norm(r))).collect();
+        assert!(missing.is_empty(), "routes not in docs/api.md: {missing:?}");
+    }
 }

@@ -92,6 +92,23 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let res = submit_checked(&st, principal, access, headers, body).await;
+    if let Err(e) = &res {
+        // By the problem type the client sees: invalid, conflict, forbidden, unavailable...
+        let problem = e.to_problem();
+        st.metrics
+            .rejected(problem.type_.rsplit('/').next().unwrap_or("unknown"));
+    }
+    res
+}
+
+async fn submit_checked(
+    st: &AppState,
+    principal: Option<Extension<Principal>>,
+    access: Option<Extension<Access>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let started = st.clock.instant();
     let body = body_or_error(body)?;
     let key = idempotency_key(&headers)?;
@@ -160,6 +177,13 @@ pub async fn submit(
             object: StoredObject::Workload(w),
         }) => {
             st.metrics.submissions("created");
+            tracing::info!(
+                workload = %w.metadata.name,
+                queue = %w.spec.queue,
+                class = w.spec.class.as_str(),
+                gpus = w.spec.total_gpus(),
+                "workload submitted"
+            );
             workload_response(StatusCode::CREATED, &w)
         }
         Ok(CommandResult::Existing {
