@@ -156,6 +156,7 @@ impl Node {
             dispatch: cfg.dispatch.clone(),
             last_cycle: Default::default(),
             auth: cfg.auth.clone(),
+            digest_cache: Default::default(),
         };
         let mut tasks = vec![
             tokio::spawn(crate::dispatcher::liveness::health_monitor(
