@@ -223,9 +223,11 @@ async fn failover(
     let outcome: anyhow::Result<()> = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         for k in 0..kills {
-            let leader = c.wait_for_leader(Duration::from_secs(15)).await?;
-            // Steady load on the current leader before the kill.
+            // Steady load on the current leader before the kill; the leader is looked up last,
+            // so that a kill is never of a node that just lost leadership.
+            c.wait_for_leader(Duration::from_secs(15)).await?;
             tokio::time::sleep(Duration::from_millis(300)).await;
+            let leader = c.wait_for_leader(Duration::from_secs(15)).await?;
             let at = RealClock.instant();
             window.open(at).await;
             c.kill9(leader)?;

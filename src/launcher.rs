@@ -114,9 +114,15 @@ impl Launcher {
             if s.child.is_none() {
                 continue;
             }
+            // The named leader must say so itself: a node that just restarted, or was cut off,
+            // can name a leader that has since stepped down.
             if let Ok(st) = self.status(*id).await
                 && let Some(l) = st.leader
                 && self.servers.get(&l).is_some_and(|s| s.child.is_some())
+                && self
+                    .status(l)
+                    .await
+                    .is_ok_and(|ls| ls.leader == Some(l) && ls.state == "Leader")
             {
                 return Ok(l);
             }
