@@ -124,7 +124,11 @@ async fn client_loop(
                 let took = sent.elapsed();
                 local.push(took.as_micros().min(u32::MAX as u128) as u32);
                 tally.acked.fetch_add(1, Ordering::Relaxed);
-                if let Some(w) = &window {
+                // Only a creation proves a commit by the new leader: a replay of a key whose
+                // first attempt committed before the kill is answered from a follower's state.
+                if let Some(w) = &window
+                    && r.status().as_u16() == 201
+                {
                     w.acked(sent).await;
                 }
             }
