@@ -1,5 +1,6 @@
 //! `tideway bench submit`: acknowledged submissions per second on a real three-node loopback
-//! cluster, latency percentiles, and the time from kill -9 of the leader to the next ack.
+//! cluster, latency percentiles, and the distribution of the time from kill -9 of the leader to
+//! the next ack over any number of kills.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +30,10 @@ pub enum BenchCmd {
         /// Skip the kill -9 failover measurement.
         #[arg(long)]
         no_failover: bool,
+        /// Leader kills in the failover measurement (each killed leader is restarted and
+        /// caught up before the next kill), for a distribution rather than one sample.
+        #[arg(long, default_value_t = 1)]
+        kills: usize,
     },
 }
 
@@ -40,7 +45,8 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             nodes,
             targets,
             no_failover,
-        } => submit(clients, duration, nodes, targets, no_failover).await,
+            kills,
+        } => submit(clients, duration, nodes, targets, no_failover, kills).await,
     }
 }
 
@@ -48,6 +54,35 @@ fn workload_body(name: &str) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"training","priorityClass":"normal","podSets":[{{"name":"worker","count":1,"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":1}},"topology":{{"required":"rack"}},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
     )
+}
+
+/// The kill being measured: when it happened, and how long after it the first request sent
+/// after it was acknowledged.
+#[derive(Default)]
+struct KillWindow {
+    inner: Mutex<Option<(Instant, Option<Duration>)>>,
+}
+
+impl KillWindow {
+    async fn open(&self, at: Instant) {
+        *self.inner.lock().await = Some((at, None));
+    }
+
+    async fn acked(&self, sent: Instant) {
+        let mut g = self.inner.lock().await;
+        if let Some((at, first)) = g.as_mut()
+            && sent >= *at
+        {
+            let d = RealClock.instant() - *at;
+            if first.is_none_or(|cur| d < cur) {
+                *first = Some(d);
+            }
+        }
+    }
+
+    async fn first(&self) -> Option<Duration> {
+        self.inner.lock().await.and_then(|(_, f)| f)
+    }
 }
 
 #[derive(Default)]
@@ -65,7 +100,7 @@ async fn client_loop(
     tag: String,
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
-    first_ack_after: Option<(Instant, Arc<Mutex<Option<Duration>>>)>,
+    window: Option<Arc<KillWindow>>,
 ) {
     let mut n = 0u64;
     let mut local = Vec::with_capacity(4096);
@@ -89,21 +124,19 @@ async fn client_loop(
                 let took = sent.elapsed();
                 local.push(took.as_micros().min(u32::MAX as u128) as u32);
                 tally.acked.fetch_add(1, Ordering::Relaxed);
-                if let Some((kill_at, slot)) = &first_ack_after
-                    && sent >= *kill_at
+                // Only a creation proves a commit by the new leader: a replay of a key whose
+                // first attempt committed before the kill is answered from a follower's state.
+                if let Some(w) = &window
+                    && r.status().as_u16() == 201
                 {
-                    let mut s = slot.lock().await;
-                    let d = RealClock.instant() - *kill_at;
-                    if s.is_none_or(|cur| d < cur) {
-                        *s = Some(d);
-                    }
+                    w.acked(sent).await;
                 }
             }
             _ => {
                 tally.errors.fetch_add(1, Ordering::Relaxed);
                 at += 1;
                 n -= 1; // retry the same name and key elsewhere: it must not be lost.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     }
@@ -123,13 +156,29 @@ async fn load(
     clients: usize,
     dur: Duration,
     round: &str,
-    failover: Option<(Instant, Arc<Mutex<Option<Duration>>>)>,
+) -> anyhow::Result<(u64, u64, Vec<u32>, Duration)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = load_until(targets, clients, round, None, stop.clone());
+    let timer = async {
+        tokio::time::sleep(dur).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let (out, ()) = tokio::join!(run, timer);
+    out
+}
+
+/// Keeps `clients` requests in flight until `stop` is set.
+async fn load_until(
+    targets: Arc<Vec<String>>,
+    clients: usize,
+    round: &str,
+    window: Option<Arc<KillWindow>>,
+    stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(u64, u64, Vec<u32>, Duration)> {
     let http = tideway_api::http::client_builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(clients)
         .build()?;
-    let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
     let start = RealClock.instant();
     let mut tasks = Vec::new();
@@ -141,11 +190,9 @@ async fn load(
             format!("{round}-{c}-{}", std::process::id()),
             stop.clone(),
             tally.clone(),
-            failover.clone(),
+            window.clone(),
         )));
     }
-    tokio::time::sleep(dur).await;
-    stop.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
     }
@@ -160,12 +207,98 @@ async fn load(
     ))
 }
 
+/// Kills the leader `kills` times under load and prints the distribution of the time from the
+/// kill to the first acknowledgement of a submission sent after it. Each killed node is
+/// restarted and caught up before the next kill, so every kill leaves a quorum.
+async fn failover(
+    c: &mut Launcher,
+    targets: Arc<Vec<String>>,
+    clients: usize,
+    kills: usize,
+) -> anyhow::Result<()> {
+    let window = Arc::new(KillWindow::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let bg = tokio::spawn({
+        let (window, stop) = (window.clone(), stop.clone());
+        async move { load_until(targets, clients, "failover", Some(window), stop).await }
+    });
+    let mut samples = Vec::with_capacity(kills);
+    let mut missed = 0usize;
+    let outcome: anyhow::Result<()> = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for k in 0..kills {
+            // Steady load on the current leader before the kill; the leader is looked up last,
+            // so that a kill is never of a node that just lost leadership.
+            c.wait_for_leader(Duration::from_secs(15)).await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let leader = c.wait_for_leader(Duration::from_secs(15)).await?;
+            let at = RealClock.instant();
+            window.open(at).await;
+            c.kill9(leader)?;
+            let give_up = at + Duration::from_secs(10);
+            let first = loop {
+                if let Some(d) = window.first().await {
+                    break Some(d);
+                }
+                if RealClock.instant() > give_up {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            match first {
+                Some(d) => samples.push(d),
+                None => missed += 1,
+            }
+            eprintln!(
+                "kill {}/{kills}: leader {leader} -> first ack {}",
+                k + 1,
+                first.map_or("none within 10 s".to_string(), |d| format!(
+                    "{:.0} ms",
+                    d.as_secs_f64() * 1000.0
+                ))
+            );
+            c.restart(leader)?;
+            c.wait_caught_up(leader, Duration::from_secs(60)).await?;
+        }
+        Ok(())
+    }
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = bg.await?;
+    outcome?;
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    let pick = |p: f64| {
+        if ms.is_empty() {
+            return 0.0;
+        }
+        ms[((ms.len() as f64 - 1.0) * p).round() as usize]
+    };
+    println!(
+        "failover: {} leader kills (kill -9 under load -> first ack of a submission sent after the kill)",
+        kills
+    );
+    println!(
+        "  ms: min {:.0}  p50 {:.0}  p90 {:.0}  p99 {:.0}  max {:.0}  (no ack within 10 s: {missed})",
+        pick(0.0),
+        pick(0.5),
+        pick(0.9),
+        pick(0.99),
+        pick(1.0)
+    );
+    let over_1s = ms.iter().filter(|m| **m >= 1000.0).count();
+    let over_1_5s = ms.iter().filter(|m| **m >= 1500.0).count();
+    println!("  at or over 1 s: {over_1s}, at or over 1.5 s: {over_1_5s}");
+    Ok(())
+}
+
 async fn submit(
     clients: usize,
     duration: u64,
     nodes: u64,
     targets: Option<String>,
     no_failover: bool,
+    kills: usize,
 ) -> anyhow::Result<()> {
     let mut cluster = None;
     let addrs = match targets {
@@ -179,20 +312,12 @@ async fn submit(
     };
     let targets = Arc::new(addrs);
     eprintln!("warm-up 2 s");
-    load(
-        targets.clone(),
-        clients,
-        Duration::from_secs(2),
-        "warm",
-        None,
-    )
-    .await?;
+    load(targets.clone(), clients, Duration::from_secs(2), "warm").await?;
     let (acked, errors, lat, elapsed) = load(
         targets.clone(),
         clients,
         Duration::from_secs(duration),
         "run",
-        None,
     )
     .await?;
     let rate = acked as f64 / elapsed.as_secs_f64();
@@ -224,41 +349,9 @@ async fn submit(
     }
     if let Some(c) = cluster.as_mut()
         && !no_failover
+        && kills > 0
     {
-        let leader = c.wait_for_leader(Duration::from_secs(10)).await?;
-        let slot = Arc::new(Mutex::new(None));
-        let t2 = targets.clone();
-        let kill_at = RealClock.instant() + Duration::from_secs(2);
-        let bg = tokio::spawn({
-            let slot = slot.clone();
-            async move {
-                load(
-                    t2,
-                    clients,
-                    Duration::from_secs(6),
-                    "failover",
-                    Some((kill_at, slot)),
-                )
-                .await
-            }
-        });
-        tokio::time::sleep_until(kill_at.into()).await;
-        c.kill9(leader)?;
-        let killed = RealClock.instant();
-        let _ = bg.await?;
-        let first = *slot.lock().await;
-        let new_leader = c.wait_for_leader(Duration::from_secs(10)).await.ok();
-        match first {
-            Some(d) => println!(
-                "failover: kill -9 of leader {leader} (after {:.0} ms of kill) -> first ack of a request sent after the kill: {:.0} ms; new leader {:?}",
-                (killed - kill_at).as_secs_f64() * 1000.0,
-                d.as_secs_f64() * 1000.0,
-                new_leader
-            ),
-            None => println!(
-                "failover: no submission was acknowledged within 4 s of kill -9 of leader {leader}"
-            ),
-        }
+        failover(c, targets.clone(), clients, kills).await?;
     }
     drop(cluster);
     Ok(())

@@ -463,11 +463,15 @@ pub struct ServerArgs {
     /// The longest one API request may take (watches excepted), in ms; 0 for no bound.
     #[arg(long, default_value_t = tideway_federation::server::DEFAULT_REQUEST_TIMEOUT_MS)]
     pub request_timeout_ms: u64,
-    #[arg(long, default_value_t = 100)]
+    /// Raft heartbeat period (ms).
+    #[arg(long, default_value_t = tideway_federation::node::DEFAULT_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
-    #[arg(long, default_value_t = 400)]
+    /// Raft election timeout range (ms); a dead leader is replaced about max + rand(min, max)
+    /// after its last heartbeat. Raise both on slow or overloaded hosts.
+    #[arg(long, default_value_t = tideway_federation::node::DEFAULT_ELECTION_TIMEOUT_MS.0)]
     pub election_timeout_min_ms: u64,
-    #[arg(long, default_value_t = 800)]
+    /// See `--election-timeout-min-ms`.
+    #[arg(long, default_value_t = tideway_federation::node::DEFAULT_ELECTION_TIMEOUT_MS.1)]
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after this many log entries.
     #[arg(long, default_value_t = 20_000)]

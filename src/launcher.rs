@@ -1,7 +1,7 @@
 //! The small launcher of `tideway bench`: a few `tideway server` processes of this binary on
 //! loopback, in a temporary directory removed when the launcher is dropped. The tests have a
 //! fuller harness (restarts, partitions, agents) in `tideway-testkit`; the shipped binary only
-//! needs to start, find the leader, and kill it.
+//! needs to start, find the leader, kill it and start it again.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -48,7 +48,7 @@ impl Launcher {
         };
         for id in 1..=n {
             let join = (id > 1).then(|| l.servers[&1].addr.clone());
-            l.spawn(id, join.as_deref())?;
+            l.spawn(id, free_addr()?, join.as_deref())?;
         }
         let deadline = RealClock.instant() + Duration::from_secs(60);
         loop {
@@ -65,11 +65,13 @@ impl Launcher {
         }
     }
 
-    fn spawn(&mut self, id: u64, join: Option<&str>) -> anyhow::Result<()> {
+    fn spawn(&mut self, id: u64, addr: String, join: Option<&str>) -> anyhow::Result<()> {
         let bin = std::env::current_exe()?;
-        let addr = free_addr()?;
         let data = self.dir.path().join(format!("node-{id}"));
-        let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log")))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("node-{id}.log")))?;
         let mut cmd = Command::new(&bin);
         cmd.arg("server")
             .args(["--id", &id.to_string()])
@@ -112,9 +114,15 @@ impl Launcher {
             if s.child.is_none() {
                 continue;
             }
+            // The named leader must say so itself: a node that just restarted, or was cut off,
+            // can name a leader that has since stepped down.
             if let Ok(st) = self.status(*id).await
                 && let Some(l) = st.leader
                 && self.servers.get(&l).is_some_and(|s| s.child.is_some())
+                && self
+                    .status(l)
+                    .await
+                    .is_ok_and(|ls| ls.leader == Some(l) && ls.state == "Leader")
             {
                 return Ok(l);
             }
@@ -133,6 +141,42 @@ impl Launcher {
                 bail!("no leader within {timeout:?}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts a killed node again on its address and data (it rejoins as the member it was).
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let s = self.servers.get(&id).context("no such node")?;
+        if s.child.is_some() {
+            bail!("node {id} is running");
+        }
+        let addr = s.addr.clone();
+        self.spawn(id, addr, None)
+    }
+
+    /// Waits until node `id` answers and names a running leader whose log it has caught up
+    /// with (its applied index at least the leader's committed index when first asked).
+    pub async fn wait_caught_up(&self, id: u64, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = RealClock.instant() + timeout;
+        let mut target = None;
+        loop {
+            if target.is_none()
+                && let Ok(l) = self.leader().await
+                && let Ok(s) = self.status(l).await
+            {
+                target = s.committed;
+            }
+            if let Some(t) = target
+                && let Ok(s) = self.status(id).await
+                && s.leader.is_some()
+                && s.last_applied.unwrap_or(0) >= t
+            {
+                return Ok(());
+            }
+            if RealClock.instant() > deadline {
+                bail!("node {id} did not catch up within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

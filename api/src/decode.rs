@@ -166,6 +166,13 @@ pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
     if is_blank(bytes) {
         return Err(DecodeError::Empty { format });
     }
+    // Most requests are valid: decode them without tracking the path (which costs a push and
+    // a pop per field), and decode again with tracking only to name the field of an error.
+    // Decoding is deterministic, so the second pass fails where the first did.
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    if let Ok(value) = T::deserialize(&mut de).and_then(|value| de.end().map(|()| value)) {
+        return Ok(value);
+    }
     let mut track = Track::new();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let result = T::deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))

@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use openraft::errors::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::{Forwarder, ProposeError};
-use crate::raft::types::Raft;
+use crate::raft::types::{NodeId, Raft};
 use crate::state::command::{Command, CommandResult, Request};
+use openraft::async_runtime::watch::WatchReceiver;
 
 /// The most commands in one entry; bounds entry size (a workload is about 1 KB encoded).
 pub const MAX_BATCH: usize = 512;
@@ -85,22 +85,38 @@ async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, 
 
 /// How long a batch keeps trying to reach a leader, across elections.
 const COMMIT_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Waits between attempts: short at first (an election takes a few hundred milliseconds),
-/// with jitter so that every node's batches do not hit a new leader in the same instant.
-fn backoff() -> ExponentialBuilder {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(20))
-        .with_max_delay(Duration::from_millis(500))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .with_total_delay(Some(COMMIT_DEADLINE))
-}
+/// The first and the longest pause between attempts while the leader stays the same (a busy
+/// or briefly unreachable leader). A change of leader ends the pause at once.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+const MAX_PAUSE: Duration = Duration::from_millis(200);
 
 /// Whether another attempt may succeed: a refusal or a shutdown is final.
 fn retryable(e: &ProposeError) -> bool {
     matches!(e, ProposeError::NoLeader | ProposeError::Unavailable(_))
+}
+
+/// The leader this node's Raft currently names (itself included).
+fn known_leader(raft: &Raft) -> Option<NodeId> {
+    raft.metrics().borrow_watched().current_leader
+}
+
+/// Waits up to `pause` for this node to learn of a leader other than `tried`. Failover time is
+/// election time plus this wait: a fixed backoff would add up to its whole step after the
+/// election, so the wait ends the moment Raft's metrics name someone new.
+async fn until_new_leader(raft: &Raft, tried: Option<NodeId>, pause: Duration) {
+    let mut rx = raft.metrics();
+    let _ = tokio::time::timeout(pause, async {
+        loop {
+            let now = rx.borrow_watched().current_leader;
+            if now.is_some() && now != tried {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
 }
 
 /// Commits a batch locally when this node leads, or forwards it to the leader. Retrying is safe:
@@ -111,24 +127,31 @@ async fn commit(
     cmds: Vec<Command>,
 ) -> Result<Vec<CommandResult>, ProposeError> {
     let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
-    let attempt = || async {
+    let mut pause = MIN_PAUSE;
+    loop {
+        let tried = known_leader(raft);
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match forwarder.remote_leader().await? {
-            Some(leader) => forwarder.propose(leader, &cmds).await,
+        let outcome = match forwarder.remote_leader().await {
+            Err(e) => Err(e),
+            Ok(Some(leader)) => forwarder.propose(leader, &cmds).await,
             // A leader cut off from its quorum never commits: bound each attempt.
-            None => tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
+            Ok(None) => tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
                 .await
                 .unwrap_or_else(|_| {
                     Err(ProposeError::Unavailable(
                         "not committed in time: is a quorum reachable?".into(),
                     ))
                 }),
+        };
+        match outcome {
+            Err(e) if retryable(&e) && tokio::time::Instant::now() < deadline => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                until_new_leader(raft, tried, pause.min(left)).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            other => return other,
         }
-    };
-    attempt
-        .retry(backoff())
-        .when(|e| retryable(e) && tokio::time::Instant::now() < deadline)
-        .await
+    }
 }
 
 pub async fn commit_local(

@@ -97,15 +97,55 @@ fn decode_snapshot(bytes: &[u8]) -> io::Result<SnapshotFormat> {
 
 /// A digest of the replicated state, equal on every node that applied the same log.
 ///
-/// A state that cannot be encoded is an error, never the digest of nothing: two nodes that
-/// both failed would otherwise report equal digests for different states.
+/// The state is encoded straight into the hasher: no copy of a state that may hold a million
+/// workloads. A state that cannot be encoded is an error, never the digest of nothing: two
+/// nodes that both failed would otherwise report equal digests for different states.
 pub fn state_digest(state: &FederationState) -> Result<String, rmp_serde::encode::Error> {
-    use std::hash::{Hash, Hasher};
-    let bytes = rmp_serde::to_vec_named(state)?;
-    // DefaultHasher::new() has fixed keys: the same bytes hash the same on every node.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    Ok(format!("{:016x}", h.finish()))
+    use std::hash::Hasher;
+    // DefaultHasher::new() has fixed keys, and SipHash buffers partial blocks, so the same
+    // bytes hash the same on every node however the encoder splits its writes.
+    let mut w = HashWriter(std::collections::hash_map::DefaultHasher::new());
+    rmp_serde::encode::write_named(&mut w, state)?;
+    Ok(format!("{:016x}", w.0.finish()))
+}
+
+/// An `io::Write` that only hashes what is written to it.
+struct HashWriter<H>(H);
+
+impl<H: std::hash::Hasher> io::Write for HashWriter<H> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The state digest of the latest applied index, kept so that polling `cluster status` on an
+/// idle or slowly changing cluster encodes the state once per applied index, not once per call
+/// (each encoding holds the state's read lock, and so holds off apply, for its whole length).
+#[derive(Debug, Default)]
+pub struct DigestCache {
+    last: std::sync::Mutex<Option<(Option<LogId>, String)>>,
+}
+
+impl DigestCache {
+    /// The digest of `d.state`, from the cache when `d` is at the index it was computed for.
+    pub fn get(&self, d: &StateMachineData) -> Result<String, rmp_serde::encode::Error> {
+        if let Ok(g) = self.last.lock()
+            && let Some((at, digest)) = g.as_ref()
+            && *at == d.last_applied
+        {
+            return Ok(digest.clone());
+        }
+        let digest = state_digest(&d.state)?;
+        if let Ok(mut g) = self.last.lock() {
+            *g = Some((d.last_applied, digest.clone()));
+        }
+        Ok(digest)
+    }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
@@ -250,5 +290,31 @@ mod tests {
         let err = decode_snapshot(&v2).err().expect("v2 refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("unknown variant `v2`"), "{err}");
+    }
+
+    #[test]
+    fn the_digest_is_cached_per_applied_index_and_follows_the_state() {
+        let log_id = |i| openraft::testing::log_id::<TypeConfig>(1, 1, i);
+        let cache = DigestCache::default();
+        let mut d = StateMachineData {
+            last_applied: Some(log_id(5)),
+            ..Default::default()
+        };
+        let empty = cache.get(&d).expect("digest");
+        assert_eq!(empty, state_digest(&d.state).expect("digest"));
+        // A change that did not move the applied index is not seen: the cache answered.
+        d.state.next_seq += 1;
+        assert_eq!(cache.get(&d).expect("digest"), empty);
+        // The next index is encoded afresh, and equals a direct digest of the same state.
+        d.last_applied = Some(log_id(6));
+        let changed = cache.get(&d).expect("digest");
+        assert_ne!(changed, empty);
+        assert_eq!(changed, state_digest(&d.state).expect("digest"));
+        // Equal states, equal digests, whatever their history.
+        let other = FederationState {
+            next_seq: d.state.next_seq,
+            ..Default::default()
+        };
+        assert_eq!(state_digest(&other).expect("digest"), changed);
     }
 }

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::ApiError;
 use crate::propose::membership;
-use crate::raft::state_machine::state_digest;
 use crate::raft::types::NodeId;
 use tideway_api::cluster::{
     JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
@@ -23,7 +22,8 @@ pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiE
     let m = crate::raft::metrics(&st.raft);
     let (digest, workloads, applied) = st.read(|d| {
         (
-            state_digest(&d.state)
+            st.digest_cache
+                .get(d)
                 .map_err(|e| ApiError::Internal(format!("encoding the state for its digest: {e}"))),
             d.state.workloads.len(),
             d.last_applied.map(|l| l.index()),

@@ -97,6 +97,8 @@ pub struct AppState {
     pub auth: Option<Arc<auth::Authenticator>>,
     /// The time records are stamped with.
     pub clock: SharedClock,
+    /// `cluster status`'s state digest, per applied index.
+    pub digest_cache: Arc<crate::raft::state_machine::DigestCache>,
 }
 
 impl AppState {

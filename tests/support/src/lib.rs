@@ -136,6 +136,7 @@ impl ProcCluster {
             .arg("--data")
             .arg(&node.data)
             .args(&self.extra_args)
+            .args(self.raft_timing())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -144,6 +145,27 @@ impl ProcCluster {
         }
         cmd.spawn()
             .with_context(|| format!("spawning {}", self.bin.display()))
+    }
+
+    /// Raft timing for test clusters, unless a test sets its own: a 100 ms heartbeat and a
+    /// 400-800 ms election timeout instead of the server's 50 ms and 200-400 ms. The tests
+    /// run on loaded CI machines (two cores, a build and several clusters at once), where a
+    /// leader stalled for half a second would lose its followers and the extra elections
+    /// would move log indexes that tests about "nothing written" compare. The defaults'
+    /// failover time is measured by `tideway bench submit --kills`, not by these tests.
+    fn raft_timing(&self) -> Vec<&'static str> {
+        let set = |flag: &str| self.extra_args.iter().any(|a| a.starts_with(flag));
+        let mut out = Vec::new();
+        if !set("--heartbeat-ms") {
+            out.extend(["--heartbeat-ms", "100"]);
+        }
+        if !set("--election-timeout-min-ms") {
+            out.extend(["--election-timeout-min-ms", "400"]);
+        }
+        if !set("--election-timeout-max-ms") {
+            out.extend(["--election-timeout-max-ms", "800"]);
+        }
+        out
     }
 
     /// SIGKILL: no chance to flush or say goodbye.
