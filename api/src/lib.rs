@@ -65,8 +65,8 @@ pub use quota_schedule::{
     QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
     TimelineHour, TimelineQuota, Transition, WindowQuota,
 };
-pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
 pub use role_binding::{Role, RoleBinding, RoleBindingSpec};
+pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
     Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,

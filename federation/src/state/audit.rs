@@ -906,7 +906,9 @@ mod tests {
         assert_eq!(recs[0].kind, AuditKind::PolicyChanged);
         assert_eq!(recs[0].actor, "olga");
         assert!(
-            recs[0].evidence.contains("policy 'bundle' created or replaced"),
+            recs[0]
+                .evidence
+                .contains("policy 'bundle' created or replaced"),
             "{}",
             recs[0].evidence
         );
