@@ -187,3 +187,53 @@ pub async fn dev_admin_token(log: &std::path::Path) -> String {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A `tideway dev` process for a test: its data, log and CLI context in the test's
+/// directory (never the runner's `~/.config`), killed when the test ends however it ends.
+pub struct DevProcess {
+    child: std::process::Child,
+    /// Its API address.
+    pub addr: String,
+    /// Where its stdout and stderr go.
+    pub log: std::path::PathBuf,
+}
+
+impl DevProcess {
+    /// Starts `tideway dev` on a free port with `args` after the listen address, and `envs`.
+    pub fn start(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let addr = tideway_testkit::free_addr().expect("a free port");
+        let log = dir.join("dev.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = std::process::Command::new(BIN)
+            .args(["dev", "--listen", &addr, "--data"])
+            .arg(dir.join("data"))
+            .args(args)
+            .env("TIDEWAY_CONFIG", dir.join("cli-config"))
+            .envs(envs.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("tideway dev starts");
+        Self { child, addr, log }
+    }
+
+    /// The admin token it printed.
+    pub async fn token(&self) -> String {
+        dev_admin_token(&self.log).await
+    }
+
+    /// The last `n` lines of its log, for a failure message.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for DevProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -12,23 +12,12 @@ use tideway_api::client::Client;
 use tideway_api::webhook::{SIGNATURE_HEADER, WebhookEvent};
 use tideway_federation::dispatcher::webhooks::signature;
 
-use crate::common::BIN;
-
 const SECRET: &str = "t66-secret";
 
 fn job(name: &str, class: &str, pods: u32) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"86400"}}}},"spec":{{"queue":"default","class":"training","priorityClass":"{class}","podSets":[{{"name":"w","count":{pods},"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":{pods}}},"topology":{{"required":"rack"}}}}}}"#
     )
-}
-
-struct Dev(std::process::Child);
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 async fn receiver(got: Arc<Mutex<Vec<(WebhookEvent, bool)>>>) -> String {
@@ -65,27 +54,18 @@ async fn receiver(got: Arc<Mutex<Vec<(WebhookEvent, bool)>>>) -> String {
 async fn a_preemption_notice_reaches_the_webhook_and_the_usage_report_adds_up() {
     let _guard = crate::common::serial().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let addr = tideway_testkit::free_addr().expect("a free port");
-    let log_path = dir.path().join("dev.log");
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let _dev = Dev(std::process::Command::new(BIN)
-        .args([
-            "dev",
-            "--listen",
-            &addr,
+    let dev = crate::common::DevProcess::start(
+        dir.path(),
+        &[
             "--time-scale",
             "60",
             "--start-at",
             "2026-01-05T12:00:00+01:00",
-            "--data",
-        ])
-        .arg(dir.path().join("data"))
-        .env("T66_HOOK_SECRET", SECRET)
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("tideway dev starts"));
-    let token = crate::common::dev_admin_token(&log_path).await;
+        ],
+        &[("T66_HOOK_SECRET", SECRET)],
+    );
+    let (addr, log_path) = (dev.addr.clone(), dev.log.clone());
+    let token = dev.token().await;
     let c = Client::with_token(&addr, Some(&token)).expect("client");
     let got = Arc::new(Mutex::new(Vec::new()));
     let url = receiver(got.clone()).await;

@@ -10,8 +10,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tideway_api::WorkloadPhase;
 use tideway_api::client::Client;
 
-use crate::common::BIN;
-
 /// A one-pod H100 job of `class`; it runs a simulated day unless preempted.
 fn job(name: &str, class: &str, pods: u32) -> String {
     format!(
@@ -52,42 +50,17 @@ async fn wait_phase(c: &Client, name: &str, want: &[WorkloadPhase], timeout: Dur
 /// for the whole test, whatever the wall clock says when it runs.
 const START_AT: &str = "2026-01-05T12:00:00+01:00";
 
-/// `tideway dev`, killed when the test ends however it ends.
-struct Dev(std::process::Child);
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_high_priority_gang_preempts_low_work_after_its_minimum_runtime() {
     let _guard = crate::common::serial().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let addr = tideway_testkit::free_addr().expect("a free port");
-    let log_path = dir.path().join("dev.log");
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let _dev = Dev(std::process::Command::new(BIN)
-        .args([
-            "dev",
-            "--listen",
-            &addr,
-            "--time-scale",
-            "60",
-            "--start-at",
-            START_AT,
-            "--data",
-        ])
-        .arg(dir.path().join("data"))
-        // Its CLI context goes to the test's directory, never the runner's ~/.config.
-        .env("TIDEWAY_CONFIG", dir.path().join("cli-config"))
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("tideway dev starts"));
-    let token = crate::common::dev_admin_token(&dir.path().join("dev.log")).await;
+    let dev = crate::common::DevProcess::start(
+        dir.path(),
+        &["--time-scale", "60", "--start-at", START_AT],
+        &[],
+    );
+    let (addr, log_path) = (dev.addr.clone(), dev.log.clone());
+    let token = dev.token().await;
     let c = Client::with_token(&addr, Some(&token)).expect("client");
 
     // The default fleet has 128 H100 GPUs (sim-eu 80, sim-ap 48): fill them with 16

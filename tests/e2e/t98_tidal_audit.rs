@@ -7,16 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::BIN;
 
-/// `tideway dev`, killed when the test ends however it ends.
-struct Dev(std::process::Child);
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn events(addr: &str, token: &str, kind: &str) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(BIN)
         .args([
@@ -37,33 +27,21 @@ fn events(addr: &str, token: &str, kind: &str) -> Vec<serde_json::Value> {
 async fn the_day_to_night_transition_is_one_audit_record_naming_the_quotas_it_moved() {
     let _guard = crate::common::serial().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let addr = tideway_testkit::free_addr().expect("a free port");
-    let log_path = dir.path().join("dev.log");
-    let log = std::fs::File::create(&log_path).expect("log file");
     // A Monday, three virtual minutes before the 22:00 boundary; at 5x that is 36 s of
     // real time for dev to start and apply its schedule in the day window.
-    let _dev = Dev(std::process::Command::new(BIN)
-        .args([
-            "dev",
-            "--listen",
-            &addr,
+    let dev = crate::common::DevProcess::start(
+        dir.path(),
+        &[
             "--time-scale",
             "5",
             "--start-at",
             "2026-01-05T21:57:00+01:00",
-            "--data",
-        ])
-        .arg(dir.path().join("data"))
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("tideway dev starts"));
-    let token = crate::common::dev_admin_token(&log_path).await;
-    let tail = || {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    };
+        ],
+        &[],
+    );
+    let addr = dev.addr.clone();
+    let token = dev.token().await;
+    let tail = || dev.log_tail(30);
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let transitions = loop {
