@@ -237,3 +237,18 @@ impl Drop for DevProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The applied index once it has stopped moving (a join's last membership entry, a new
+/// leader's blank entry, the scheduler recording a reason): what a refusal must not move.
+pub async fn settled_applied(c: &tideway_api::client::Client) -> Option<u64> {
+    let mut last = None;
+    for _ in 0..40 {
+        let idx = c.cluster_status().await.unwrap().last_applied;
+        if last == Some(idx) {
+            return idx;
+        }
+        last = Some(idx);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the applied index never settled: {last:?}");
+}

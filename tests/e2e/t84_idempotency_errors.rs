@@ -45,7 +45,9 @@ async fn reused_keys_and_unknown_routes_answer_precisely() {
     assert_eq!(again.metadata.uid, first.metadata.uid);
 
     // Other content under the same key: 422 naming the header, nothing written.
-    let before = applied_index(&addr).await;
+    let before = crate::common::settled_applied(&Client::new(&addr).unwrap())
+        .await
+        .unwrap_or_default();
     let other = json
         .replace(r#""count":2"#, r#""count":4"#)
         .replace(r#""minCount":2"#, r#""minCount":4"#);

@@ -106,7 +106,7 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     );
 
     // No token, a wrong token: 401 problem+json naming the header; nothing is written.
-    let before = admin.cluster_status().await.unwrap().last_applied;
+    let before = settled_applied(&admin).await;
     let http = reqwest::Client::new();
     for token in [None, Some("tw_wrong")] {
         let mut req = http
@@ -179,7 +179,7 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     );
     let alice = Client::with_token(&addr, Some(ALICE)).unwrap();
     let carol = Client::with_token(&addr, Some(CAROL)).unwrap();
-    let before = admin.cluster_status().await.unwrap().last_applied;
+    let before = settled_applied(&admin).await;
     let refused = [
         (
             &alice,
@@ -222,7 +222,7 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     assert_eq!(w.spec.user.as_deref(), Some("alice"));
 
     // Roles: 403 for what a credential does not open, and nothing written.
-    let before = admin.cluster_status().await.unwrap().last_applied;
+    let before = settled_applied(&admin).await;
     let e = carol
         .submit_raw(
             claimed("elsewhere", "default", "training", "normal"),

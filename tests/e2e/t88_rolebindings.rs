@@ -92,7 +92,7 @@ async fn bindings_from_apply_grant_scoped_roles_and_tenants_see_only_their_queue
         .unwrap();
 
     // Bob is authenticated but bound to nothing: 403 on reads and writes, nothing written.
-    let before = admin.cluster_status().await.unwrap().last_applied;
+    let before = crate::common::settled_applied(&admin).await;
     let e = bob.list(&ListQuery::default()).await.unwrap_err();
     assert!(e.to_string().contains("403"), "{e}");
     let e = bob
@@ -157,7 +157,7 @@ async fn bindings_from_apply_grant_scoped_roles_and_tenants_see_only_their_queue
         .await
         .unwrap();
     assert_eq!(w.spec.user.as_deref(), Some("bob"));
-    let before = admin.cluster_status().await.unwrap().last_applied;
+    let before = crate::common::settled_applied(&admin).await;
     let e = bob
         .submit_raw(workload("bobs-prod", "prod"), false, None)
         .await
