@@ -13,6 +13,7 @@ use crate::meta::{API_VERSION, ObjectMeta, Resource, impl_resource};
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::quota_schedule::{QuotaSchedule, QuotaTarget};
+use crate::role_binding::RoleBinding;
 use crate::rollout::Rollout;
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 use crate::workload::DEFAULT_PRIORITY_CLASS;
@@ -73,6 +74,12 @@ pub struct PolicySpec {
     /// Scoped first, then widened; with triggers that roll it back. None: everywhere at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Who may do what, versioned with the rules it governs. Present (even empty), the
+    /// bundle owns the bindings: applying or restoring it replaces them as a set, and a
+    /// binding applied alone makes the next version. Absent, the bindings are left as they
+    /// are and kept apart from the versions, as before bundles could carry them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_bindings: Option<Vec<RoleBinding>>,
 }
 
 impl PolicySpec {
@@ -195,6 +202,16 @@ impl CheckAt for Policy {
             "metadata.name",
             s.priority_classes.iter().map(Resource::name),
         );
+        let bindings = s.role_bindings.as_deref().unwrap_or_default();
+        for (i, b) in bindings.iter().enumerate() {
+            b.check_at(&format!("{}[{i}]", at(&p, "roleBindings")), c);
+        }
+        c.unique(
+            &p,
+            "roleBindings",
+            "metadata.name",
+            bindings.iter().map(Resource::name),
+        );
 
         // References inside the bundle must resolve, or the policy would be applied with
         // dangling names that silently match nothing.
@@ -221,6 +238,17 @@ impl CheckAt for Policy {
                 if !queues.contains(name.as_str()) {
                     c.push(
                         format!("{}[{i}].spec.allowedQueues[{j}]", at(&p, "priorityClasses")),
+                        format!("queue {name:?} is not defined in this policy"),
+                    );
+                }
+            }
+        }
+
+        for (i, b) in bindings.iter().enumerate() {
+            for (j, name) in b.spec.queues.iter().enumerate() {
+                if name != "*" && !queues.contains(name.as_str()) {
+                    c.push(
+                        format!("{}[{i}].spec.queues[{j}]", at(&p, "roleBindings")),
                         format!("queue {name:?} is not defined in this policy"),
                     );
                 }
@@ -378,10 +406,51 @@ mod tests {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }
         assert_eq!(errs.len(), 4, "{errs}");
-        let yaml = "scope: {pools: [inference]}\ntriggers:\n- unservedInference: {seconds: 30}\n";
+        let alone = "scope: {clusters: [sim-eu]}\n";
+        p.spec.rollout = Some(serde_saphyr::from_str(alone).unwrap());
+        let errs = p.validate().unwrap_err();
+        assert!(errs.has_field("spec.rollout.scope.clusters"), "{errs}");
+        let yaml = "scope: {pools: [inference], clusters: [sim-eu]}\ntriggers:\n- unservedInference: {seconds: 30}\n";
         let r: crate::Rollout = serde_saphyr::from_str(yaml).unwrap();
         p.spec.rollout = Some(r);
         p.validate().unwrap();
+    }
+
+    #[test]
+    fn role_bindings_are_checked_with_the_bundle() {
+        let mut p: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        let queue = p.spec.queues[0].metadata.name.clone();
+        let binding = |name: &str, queues: &str| -> RoleBinding {
+            decode_yaml(
+                format!(
+                    "apiVersion: tideway.dev/v1alpha1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nspec: {{role: submitter, groups: [ml], queues: [{queues}]}}\n"
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        p.spec.role_bindings = Some(vec![
+            binding("ml", &queue),
+            binding("ml", "ghost"),
+            binding("all", "\"*\""),
+        ]);
+        let errs = p.validate().unwrap_err();
+        assert!(
+            errs.has_field("spec.roleBindings[1].spec.queues[0]"),
+            "an unknown queue: {errs}"
+        );
+        assert!(
+            errs.has_field("spec.roleBindings[1].metadata.name"),
+            "a duplicate name: {errs}"
+        );
+        assert_eq!(errs.len(), 2, "{errs}");
+        p.spec.role_bindings = Some(vec![binding("ml", &queue), binding("all", "\"*\"")]);
+        p.validate().unwrap();
+        let yaml = serde_saphyr::to_string(&p).unwrap();
+        assert_eq!(decode_yaml::<Policy>(yaml.as_bytes()).unwrap(), p);
+        // Absent is not empty: an older bundle leaves the bindings alone.
+        let old: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        assert_eq!(old.spec.role_bindings, None);
     }
 
     #[test]

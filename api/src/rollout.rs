@@ -105,6 +105,15 @@ pub(crate) fn check(r: &Rollout, prefix: &str, queues: &[&str], c: &mut Checker)
     for (i, name) in r.scope.clusters.iter().enumerate() {
         c.name(format!("{sp}.clusters[{i}]"), name);
     }
+    // Clusters narrow where the scoped queues' and pools' schedule quotas count; alone they
+    // would start a rollout that changes nothing and yet watches its triggers.
+    if !r.scope.clusters.is_empty() && r.scope.queues.is_empty() && r.scope.pools.is_empty() {
+        c.push(
+            format!("{sp}.clusters"),
+            "clusters narrow the scoped pools' and queues' schedule quotas to these members: \
+             name the pools or queues too",
+        );
+    }
     let tp = at(prefix, "triggers");
     for (i, t) in r.triggers.iter().enumerate() {
         let p = format!("{tp}[{i}].{}", t.name());

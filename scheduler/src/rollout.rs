@@ -58,6 +58,11 @@ pub fn effective_spec(
     }
     let mut out = base.clone();
     out.rollout = None;
+    // Who may do what is not scoped to part of the fleet: a candidate that lists bindings
+    // brings them in at once.
+    if candidate.role_bindings.is_some() {
+        out.role_bindings = candidate.role_bindings.clone();
+    }
     // A name is scoped if either side's definition is: it then takes the candidate's
     // definition, or none if the candidate dropped it.
     let scoped = |name: &str| {
@@ -299,6 +304,45 @@ mod tests {
             }]
         );
         assert_eq!(effective_spec(&base, &cand, &RolloutScope::default()), cand);
+    }
+
+    #[test]
+    fn a_cluster_scope_narrows_only_the_candidates_schedule_quotas_to_those_members() {
+        let base = spec(16, 16, 8);
+        let cand = spec(0, 4, 0);
+        let scope = RolloutScope {
+            pools: vec!["inference".into()],
+            clusters: vec!["sim-eu".into()],
+            ..Default::default()
+        };
+        let eff = effective_spec(&base, &cand, &scope);
+        // The scoped queue's definition is the candidate's wherever its work runs: one
+        // queue has one quota book, it is not split per cluster.
+        let g = |n: &str| eff.queue(n).unwrap().spec.quotas[0].guaranteed;
+        assert_eq!((g("serving"), g("batch")), (0, 16));
+        // The candidate's pool quota counts only the scoped members' capacity; the base's
+        // schedule keeps its own scope (the whole fleet).
+        let cand_s = eff.quota_schedule("tide-rollout").unwrap();
+        assert_eq!(cand_s.spec.scope.clusters, vec!["sim-eu".to_string()]);
+        let base_s = eff.quota_schedule("tide").unwrap();
+        assert!(base_s.spec.scope.clusters.is_empty(), "{base_s:?}");
+        // Without the cluster scope, the same candidate's quota counts the whole fleet.
+        let wide = effective_spec(
+            &base,
+            &cand,
+            &RolloutScope {
+                pools: vec!["inference".into()],
+                ..Default::default()
+            },
+        );
+        assert!(
+            wide.quota_schedule("tide-rollout")
+                .unwrap()
+                .spec
+                .scope
+                .clusters
+                .is_empty()
+        );
     }
 
     fn t(s: i64) -> DateTime<Utc> {

@@ -1,5 +1,7 @@
 //! Role bindings in the replicated state: every node authorizes from the same bindings, and a
-//! change is a log entry like any other (with its actor in the audit trail).
+//! change is a log entry like any other (with its actor in the audit trail). Once the policy
+//! bundle lists the bindings, a binding applied or deleted alone is a policy change: the next
+//! version, so that diff and rollback cover who may do what.
 
 use chrono::{DateTime, Utc};
 use tideway_api::RoleBinding;
@@ -14,6 +16,10 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
+        if self.policy_owns_role_bindings() {
+            let name = binding.metadata.name.clone();
+            return self.put_policy_role_binding(&name, Some(binding), at, index);
+        }
         binding.metadata.resource_version = Some(index);
         let created = self
             .role_bindings
@@ -28,7 +34,15 @@ impl FederationState {
         }
     }
 
-    pub(super) fn delete_role_binding(&mut self, name: &str) -> CommandResult {
+    pub(super) fn delete_role_binding(
+        &mut self,
+        name: &str,
+        at: DateTime<Utc>,
+        index: u64,
+    ) -> CommandResult {
+        if self.policy_owns_role_bindings() {
+            return self.put_policy_role_binding(name, None, at, index);
+        }
         match self.role_bindings.remove(name) {
             Some(b) => CommandResult::Created {
                 object: StoredObject::RoleBinding(Box::new(b)),

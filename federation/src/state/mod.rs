@@ -384,7 +384,7 @@ impl FederationState {
             }
             Command::DeleteRoleBinding { name, at } => {
                 self.tick(at);
-                self.delete_role_binding(&name)
+                self.delete_role_binding(&name, at, index)
             }
             Command::CompactAudit { before_seq, at } => {
                 self.tick(at);

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::{
     FieldError, Policy, PolicySpec, PolicyStatus, PriorityClass, Queue, QuotaSchedule,
-    RollbackTrigger, RolloutScope, WorkloadPhase,
+    RoleBinding, RollbackTrigger, RolloutScope, WorkloadPhase,
 };
 use tideway_scheduler::rollout::{effective_spec, queue_in_scope};
 
@@ -473,6 +473,92 @@ impl FederationState {
             self.install_quota_schedule(s, at, index);
         }
         self.tidal.settings = Some(spec.scheduler);
+        // A bundle that lists bindings owns them; one that does not leaves them alone.
+        if let Some(bindings) = spec.role_bindings {
+            self.role_bindings = bindings
+                .into_iter()
+                .map(|mut b| {
+                    b.metadata.resource_version = Some(index);
+                    b.metadata.creation_timestamp = self
+                        .role_bindings
+                        .get(&b.metadata.name)
+                        .and_then(|o| o.metadata.creation_timestamp)
+                        .or(b.metadata.creation_timestamp)
+                        .or(Some(at));
+                    (b.metadata.name.clone(), b)
+                })
+                .collect();
+        }
+    }
+
+    /// Whether the version in force lists the role bindings (then a binding applied or
+    /// deleted alone makes the next version, as a queue applied alone does).
+    pub(super) fn policy_owns_role_bindings(&self) -> bool {
+        self.policy
+            .current_policy()
+            .is_some_and(|p| p.spec.role_bindings.is_some())
+    }
+
+    /// A role binding created, replaced (`Some`) or deleted (`None` with its name) in the
+    /// bundle that owns the bindings, as the next version.
+    pub(super) fn put_policy_role_binding(
+        &mut self,
+        name: &str,
+        binding: Option<RoleBinding>,
+        at: DateTime<Utc>,
+        index: u64,
+    ) -> CommandResult {
+        if let Some(r) = &self.policy.rollout {
+            return busy(format!(
+                "version {} is being rolled out; widen it or roll it back first",
+                r.candidate
+            ));
+        }
+        let mut policy = self
+            .policy
+            .current_policy()
+            .cloned()
+            .unwrap_or_else(bootstrap_policy);
+        policy.status = None;
+        let list = policy.spec.role_bindings.get_or_insert_with(Vec::new);
+        let verb = match binding {
+            Some(b) => {
+                replace(list, b, |x| &x.metadata.name);
+                "applied"
+            }
+            None => {
+                let before = list.len();
+                list.retain(|b| b.metadata.name != name);
+                if list.len() == before {
+                    return CommandResult::Rejected {
+                        rejection: Rejection::NotFound {
+                            what: format!("role binding '{name}'"),
+                        },
+                    };
+                }
+                "deleted"
+            }
+        };
+        // Deleted: the object the answer shows is the binding as it was.
+        let old = self.role_bindings.get(name).cloned();
+        let origin = Origin {
+            at,
+            index,
+            applied_by: None,
+            message: Some(format!("role binding '{name}' {verb}")),
+            rolled_back_to: None,
+        };
+        match self.new_version(policy, None, origin) {
+            CommandResult::Created { .. } | CommandResult::Existing { .. } => {
+                match self.role_bindings.get(name).cloned().or(old) {
+                    Some(b) => CommandResult::Created {
+                        object: StoredObject::RoleBinding(Box::new(b)),
+                    },
+                    None => CommandResult::Updated { count: 0 },
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -843,5 +929,106 @@ mod tests {
             ),
             CommandResult::Rejected { .. }
         ));
+    }
+
+    fn binding(name: &str, queue: &str) -> RoleBinding {
+        RoleBinding::new(
+            name,
+            tideway_api::RoleBindingSpec {
+                role: tideway_api::Role::Submitter,
+                subjects: vec![],
+                groups: vec![name.into()],
+                queues: vec![queue.into()],
+            },
+        )
+    }
+
+    fn put_binding(s: &mut FederationState, index: u64, b: RoleBinding) -> CommandResult {
+        s.apply(
+            index,
+            Command::PutRoleBinding {
+                binding: Box::new(b),
+                at: t(index as i64),
+            },
+        )
+    }
+
+    fn bound(s: &FederationState) -> Vec<(String, Vec<String>)> {
+        s.role_bindings
+            .values()
+            .map(|b| (b.metadata.name.clone(), b.spec.queues.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_bundle_without_bindings_leaves_them_alone_and_a_lone_binding_makes_no_version() {
+        let mut s = FederationState::default();
+        put(&mut s, 1, bundle(8, 8));
+        put_binding(&mut s, 2, binding("ml", "batch"));
+        assert_eq!(s.policy.current(), 1, "bindings are not the bundle's");
+        put(&mut s, 3, bundle(4, 8));
+        assert_eq!(bound(&s), vec![("ml".into(), vec!["batch".into()])]);
+        rollback(&mut s, 4, Some(1), None);
+        assert_eq!(bound(&s).len(), 1, "nor is a rollback");
+    }
+
+    #[test]
+    fn bindings_in_the_bundle_are_versioned_replaced_as_a_set_and_rolled_back() {
+        let mut s = FederationState::default();
+        put_binding(&mut s, 1, binding("legacy", "*"));
+        let mut p = bundle(8, 8);
+        p.spec.role_bindings = Some(vec![binding("ml", "batch")]);
+        put(&mut s, 2, p);
+        assert_eq!(s.policy.current(), 1);
+        assert_eq!(
+            bound(&s),
+            vec![("ml".into(), vec!["batch".into()])],
+            "the bundle's set replaces the bindings"
+        );
+        // Applied alone, a binding is the next version of the bundle that owns them.
+        let r = put_binding(&mut s, 3, binding("ml", "serving"));
+        assert!(
+            matches!(r, CommandResult::Created { object: StoredObject::RoleBinding(_) }),
+            "{r:?}"
+        );
+        assert_eq!(s.policy.current(), 2);
+        let v2 = s.policy.get(2).unwrap();
+        assert_eq!(
+            v2.spec.role_bindings.as_ref().unwrap()[0].spec.queues,
+            vec!["serving".to_string()]
+        );
+        assert_eq!(
+            v2.status.as_ref().and_then(|st| st.message.as_deref()),
+            Some("role binding 'ml' applied")
+        );
+        let diff = tideway_api::policy_version::diff(s.policy.get(1).unwrap(), v2);
+        assert_eq!(
+            diff.iter().map(|d| d.path.as_str()).collect::<Vec<_>>(),
+            vec!["spec.roleBindings[ml].spec.queues[0]"]
+        );
+        // Deleted alone: the next version again; unknown: not found, no version.
+        let r = s.apply(
+            4,
+            Command::DeleteRoleBinding {
+                name: "ml".into(),
+                at: t(4),
+            },
+        );
+        assert!(matches!(r, CommandResult::Created { .. }), "{r:?}");
+        assert_eq!(s.policy.current(), 3);
+        assert!(bound(&s).is_empty());
+        let r = s.apply(
+            5,
+            Command::DeleteRoleBinding {
+                name: "ml".into(),
+                at: t(5),
+            },
+        );
+        assert!(matches!(r, CommandResult::Rejected { .. }), "{r:?}");
+        assert_eq!(s.policy.current(), 3);
+        // A rollback restores who may do what with the rules.
+        rollback(&mut s, 6, Some(1), None);
+        assert_eq!(s.policy.current(), 4);
+        assert_eq!(bound(&s), vec![("ml".into(), vec!["batch".into()])]);
     }
 }
