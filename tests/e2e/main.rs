@@ -40,4 +40,5 @@ mod t97_member_loss;
 mod t97_tidal;
 mod t98_tidal_audit;
 mod t99_chaos;
+mod t67_policy_widen;
 mod t67_policy_rolebindings;
