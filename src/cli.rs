@@ -608,6 +608,11 @@ pub struct DevArgs {
     /// Time between two demo submissions, in milliseconds.
     #[arg(long, default_value_t = 1000, requires = "demo")]
     pub demo_interval_ms: u64,
+    /// How often the simulated members heartbeat (and report status changes, at least once
+    /// a second). Lower it with a high `--time-scale`, where a real second is many
+    /// simulated ones: a replay that must match `tideway simulate` closely does.
+    #[arg(long, default_value_t = 2000)]
+    pub member_heartbeat_ms: u64,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -1214,14 +1219,15 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             config: None,
             data: Some(dir.join(format!("agent-{name}"))),
             listen: None,
-            heartbeat_ms: 2000,
+            heartbeat_ms: a.member_heartbeat_ms,
             time_scale: a.time_scale,
             token_file: None,
             token: Some(token.clone()),
             action: None,
         };
         let sim = SimAgent::build(&args.sim_options(Layout::Bytes(layout), clock.clone()))?;
-        let cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
+        let mut cfg = args.agent_config(&sim.cluster, &sim.region, args.federation.clone());
+        cfg.status_interval = cfg.status_interval.min(cfg.heartbeat_interval);
         agents.push(tokio::spawn(tideway_agent::agent::run(
             cfg,
             std::sync::Arc::new(sim.backend),
