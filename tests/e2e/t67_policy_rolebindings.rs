@@ -126,9 +126,15 @@ async fn bindings_in_the_bundle_are_versioned_diffed_and_rolled_back_with_it() {
     );
     assert!(bob_may_submit(&bob, "p-2", "prod").await);
     assert!(!bob_may_submit(&bob, "r-2", "research").await);
-    let (ok, out) = cli(&addr, ADMIN, &["policy", "diff", "--from", "1", "--to", "2"], home);
+    let (ok, out) = cli(
+        &addr,
+        ADMIN,
+        &["policy", "diff", "--from", "1", "--to", "2"],
+        home,
+    );
     assert!(
-        ok && out.contains("spec.roleBindings[ml-team].spec.queues[0]") && out.contains(": 1 changes"),
+        ok && out.contains("spec.roleBindings[ml-team].spec.queues[0]")
+            && out.contains(": 1 changes"),
         "{out}"
     );
 

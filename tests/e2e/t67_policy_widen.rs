@@ -162,7 +162,10 @@ async fn widening_gives_the_whole_fleet_the_candidate_as_the_next_version() {
     );
     // The candidate's content, minus its rollout: the only difference from version 2.
     let (ok, out, err) = tideway(&addr, &["policy", "diff", "--from", "2", "--to", "3"]);
-    assert!(ok && out.contains("spec.rollout") && out.contains(": 1 changes"), "{out}{err}");
+    assert!(
+        ok && out.contains("spec.rollout") && out.contains(": 1 changes"),
+        "{out}{err}"
+    );
     let assigned = c
         .events(&[("kind", AuditKind::Assigned.as_str().to_string())])
         .await

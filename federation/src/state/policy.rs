@@ -13,8 +13,8 @@ use std::collections::{BTreeSet, VecDeque};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::{
-    FieldError, Policy, PolicySpec, PolicyStatus, PriorityClass, Queue, QuotaSchedule,
-    RoleBinding, RollbackTrigger, RolloutScope, WorkloadPhase,
+    FieldError, Policy, PolicySpec, PolicyStatus, PriorityClass, Queue, QuotaSchedule, RoleBinding,
+    RollbackTrigger, RolloutScope, WorkloadPhase,
 };
 use tideway_scheduler::rollout::{effective_spec, queue_in_scope};
 
@@ -988,7 +988,12 @@ mod tests {
         // Applied alone, a binding is the next version of the bundle that owns them.
         let r = put_binding(&mut s, 3, binding("ml", "serving"));
         assert!(
-            matches!(r, CommandResult::Created { object: StoredObject::RoleBinding(_) }),
+            matches!(
+                r,
+                CommandResult::Created {
+                    object: StoredObject::RoleBinding(_)
+                }
+            ),
             "{r:?}"
         );
         assert_eq!(s.policy.current(), 2);
