@@ -19,6 +19,7 @@ mod t66_dev_notifications_usage;
 mod t67_philly_replay;
 mod t67_policy_rolebindings;
 mod t67_policy_widen;
+mod t67_webhook_tidal_rollback;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;
