@@ -71,7 +71,9 @@ impl Target {
     /// A client of the node at `--addr` that sends the token, if any.
     pub fn client(&self) -> anyhow::Result<Client> {
         let (addr, token) = self.resolve()?;
-        Ok(Client::with_token(&addr, token.as_deref())?)
+        let client = Client::with_token(&addr, token.as_deref())?;
+        crate::output::use_server_time(&client);
+        Ok(client)
     }
 }
 

@@ -46,9 +46,22 @@ fn no_names(what: &str) -> anyhow::Error {
     anyhow::anyhow!("-o name lists resources as kind/name; {what} prints none (use -o json)")
 }
 
-/// The time ages are measured against: this machine's clock.
+/// The server clock the CLI's client reads, once a client exists.
+static SERVER_TIME: std::sync::OnceLock<tideway_api::client::ServerTime> =
+    std::sync::OnceLock::new();
+
+/// Measure ages against the node `client` talks to (see [`now`]).
+pub(crate) fn use_server_time(client: &tideway_api::client::Client) {
+    let _ = SERVER_TIME.set(client.server_time());
+}
+
+/// The time ages are measured against: the node's calendar time as its last answer stamped
+/// it (a dev fleet's clock runs faster than the wall clock), else this machine's clock.
 pub(crate) fn now() -> DateTime<Utc> {
-    RealClock.now()
+    SERVER_TIME
+        .get()
+        .and_then(|t| t.last())
+        .unwrap_or_else(|| RealClock.now())
 }
 
 /// A duration the way `kubectl get` shows an AGE: one unit, the largest that keeps two
@@ -694,7 +707,7 @@ pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> a
     } else {
         &["LOCAL HOUR", "WINDOW", "QUOTAS"]
     };
-    print!("{}", table(header, rows, &[]));
+    println!("{}", table(header, rows, &[]));
     Ok(())
 }
 

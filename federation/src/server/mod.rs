@@ -23,6 +23,7 @@ pub mod watch;
 pub mod webhooks;
 pub mod workloads;
 pub mod openapi;
+pub mod server_time;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -270,6 +271,10 @@ pub fn router(state: AppState) -> Router {
                 clock: state.clock.clone(),
             },
             http_metrics::record,
+        ))
+        .layer(axum::middleware::map_response_with_state(
+            state.clock.clone(),
+            server_time::stamp,
         ))
 }
 
