@@ -669,7 +669,9 @@ impl Cli {
                         };
                         println!("workload/{} {verb}", w.metadata.name);
                     }
-                    OutputFormat::Wide => output::print_workloads(std::slice::from_ref(&w), output)?,
+                    OutputFormat::Wide => {
+                        output::print_workloads(std::slice::from_ref(&w), output)?
+                    }
                     _ => output::print_one(&w, output)?,
                 }
                 // Accepted either way; a warning is best effort and never fails the submit.
@@ -718,7 +720,9 @@ impl Cli {
                 let w = target.client()?.cancel(&id).await?;
                 match output {
                     OutputFormat::Table => println!("workload/{} cancelled", w.metadata.name),
-                    OutputFormat::Wide => output::print_workloads(std::slice::from_ref(&w), output)?,
+                    OutputFormat::Wide => {
+                        output::print_workloads(std::slice::from_ref(&w), output)?
+                    }
                     _ => output::print_one(&w, output)?,
                 }
                 Ok(())

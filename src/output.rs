@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 use comfy_table::{CellAlignment, Table, presets};
 use serde::Serialize;
-use tideway_api::clock::{Clock, RealClock};
 use tideway_api::capacity::{CapacitySummary, CapacityView};
+use tideway_api::clock::{Clock, RealClock};
 use tideway_api::cluster::{ClusterReport, NodeReport};
 use tideway_api::explain::ExplainResponse;
 use tideway_api::list::{MemberClusterList, QueueList};
@@ -124,7 +124,9 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
     match fmt {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
         OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
-        OutputFormat::Name => print_names("workload", items.iter().map(|w| w.metadata.name.as_str())),
+        OutputFormat::Name => {
+            print_names("workload", items.iter().map(|w| w.metadata.name.as_str()))
+        }
         OutputFormat::Table => {
             let rows = items
                 .iter()
@@ -141,7 +143,11 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                 .collect();
             println!(
                 "{}",
-                table(&["NAME", "QUEUE", "CLASS", "GPUS", "PHASE", "AGE"], rows, &[3])
+                table(
+                    &["NAME", "QUEUE", "CLASS", "GPUS", "PHASE", "AGE"],
+                    rows,
+                    &[3]
+                )
             );
         }
         OutputFormat::Wide => {
@@ -346,7 +352,14 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
             }
         }
     }
-    let mut header = vec!["SCOPE", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY", "CORDONED"];
+    let mut header = vec![
+        "SCOPE",
+        "TOTAL",
+        "ALLOCATED",
+        "FREE",
+        "UNHEALTHY",
+        "CORDONED",
+    ];
     let mut right = vec![1, 2, 3, 4, 5];
     if wide {
         header.push("BORROWED");
@@ -488,7 +501,14 @@ pub fn print_explain(
                 })
                 .collect();
             let header: &[&str] = if wide {
-                &["CLUSTER", "VERDICT", "REGION", "HEALTH", "FREE GPUS", "DETAIL"]
+                &[
+                    "CLUSTER",
+                    "VERDICT",
+                    "REGION",
+                    "HEALTH",
+                    "FREE GPUS",
+                    "DETAIL",
+                ]
             } else {
                 &["CLUSTER", "VERDICT", "DETAIL"]
             };
@@ -759,6 +779,7 @@ pub fn print_events(
                 .map(|e| {
                     vec![
                         e.seq.to_string(),
+                        age(Some(e.at), now),
                         e.at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
                         e.index.to_string(),
                         e.kind.as_str().to_string(),
@@ -775,11 +796,11 @@ pub fn print_events(
                 "{}",
                 table(
                     &[
-                        "SEQ", "AT", "INDEX", "KIND", "ACTOR", "WORKLOAD", "QUEUE", "CLUSTER",
-                        "POLICY", "EVIDENCE"
+                        "SEQ", "AGE", "AT", "INDEX", "KIND", "ACTOR", "WORKLOAD", "QUEUE",
+                        "CLUSTER", "POLICY", "EVIDENCE"
                     ],
                     rows,
-                    &[0, 2, 8],
+                    &[0, 3, 9],
                 )
             );
         }

@@ -120,10 +120,7 @@ pub fn print_usage(r: &UsageReport, fmt: UsageFormat) -> anyhow::Result<()> {
             if wide {
                 header.extend(["BORROWED SHARE", "USED GPU-SECONDS"]);
             }
-            println!(
-                "{}",
-                crate::output::table(&header, rows, &[4, 5, 6, 7, 8])
-            );
+            println!("{}", crate::output::table(&header, rows, &[4, 5, 6, 7, 8]));
             let rows = r
                 .flavors
                 .iter()
@@ -149,10 +146,7 @@ pub fn print_usage(r: &UsageReport, fmt: UsageFormat) -> anyhow::Result<()> {
                 header.extend(["UTILIZATION", "OVER"]);
             }
             println!();
-            println!(
-                "{}",
-                crate::output::table(&header, rows, &[2, 3, 4, 5, 6])
-            );
+            println!("{}", crate::output::table(&header, rows, &[2, 3, 4, 5, 6]));
             if let Some(t) = r.retained_since {
                 println!(
                     "note: the ledger holds usage since {} only",
