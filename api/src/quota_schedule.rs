@@ -475,7 +475,10 @@ impl utoipa::PartialSchema for WindowQuota {
 #[cfg(feature = "openapi")]
 impl utoipa::ToSchema for WindowQuota {
     fn schemas(
-        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
     ) {
         <WindowQuotaRepr as utoipa::ToSchema>::schemas(schemas)
     }

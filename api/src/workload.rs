@@ -358,7 +358,10 @@ impl utoipa::PartialSchema for TopologyRequirement {
 #[cfg(feature = "openapi")]
 impl utoipa::ToSchema for TopologyRequirement {
     fn schemas(
-        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
     ) {
         <TopologyRepr as utoipa::ToSchema>::schemas(schemas)
     }

@@ -14,16 +14,16 @@ pub mod jwt;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
+pub mod openapi;
 pub mod policy;
 pub mod rate_limit;
 pub mod schedules;
+pub mod server_time;
 pub mod ui;
 pub mod usage;
 pub mod watch;
 pub mod webhooks;
 pub mod workloads;
-pub mod openapi;
-pub mod server_time;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -314,7 +314,10 @@ pub(crate) mod tests {
     fn source_routes_reads_methods() {
         let routes = source_routes();
         let find = |p: &str| routes.iter().find(|(q, _)| q == p).map(|(_, m)| m.clone());
-        assert_eq!(find("/v1/workloads"), Some(vec!["get".into(), "post".into()]));
+        assert_eq!(
+            find("/v1/workloads"),
+            Some(vec!["get".into(), "post".into()])
+        );
         assert_eq!(
             find("/v1/workloads/{id}"),
             Some(vec!["get".into(), "delete".into()])

@@ -220,7 +220,6 @@ mod operations {
 
     use super::*;
 
-
     /// Submit a workload
     ///
     /// JSON or YAML. Answers 201 with the stored workload once committed, 200 for an idempotent
@@ -489,7 +488,10 @@ mod tests {
                 .lines()
                 .zip(json().lines())
                 .position(|(a, b)| a != b)
-                .map_or(checked_in.lines().count().min(json().lines().count()), |n| n);
+                .map_or(
+                    checked_in.lines().count().min(json().lines().count()),
+                    |n| n,
+                );
             panic!(
                 "docs/openapi.json is stale (first difference at line {}); regenerate it from \
                  the repository root with `{REGENERATE}`",
