@@ -439,8 +439,11 @@ function timeline(tl) {
   const label = (w) => w ?? "(no window: default quotas)";
   const cur = segs.find((x) => x.start <= now && now < x.end);
   const next = cur ? segs.find((x) => x.start >= cur.end) : segs.find((x) => x.start > now);
-  if (cur) out.push(h("div", { class: "tl-current" }, "current window: ", h("b", {}, label(cur.window)), ` until ${new Date(cur.end).toLocaleString()}`));
-  if (next) out.push(h("div", { class: "tl-next" }, "next transition: ", h("b", {}, label(next.window)), ` at ${new Date(next.start).toLocaleString()}`));
+  // The hourly entries place a boundary only to the hour; the schedule's status has it exactly.
+  const exact = Date.parse((tl && tl.status && tl.status.nextTransitionAt) || "");
+  const boundary = (fallback) => new Date(Number.isNaN(exact) ? fallback : exact).toLocaleString();
+  if (cur) out.push(h("div", { class: "tl-current" }, "current window: ", h("b", {}, label(cur.window)), ` until ${boundary(cur.end)}`));
+  if (next) out.push(h("div", { class: "tl-next" }, "next transition: ", h("b", {}, label(next.window)), ` at ${boundary(next.start)}`));
   if (segs.length) {
     const t0 = segs[0].start;
     const width = Math.max(1, segs[segs.length - 1].end - t0);
