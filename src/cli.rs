@@ -71,17 +71,23 @@ impl Target {
     /// A client of the node at `--addr` that sends the token, if any.
     pub fn client(&self) -> anyhow::Result<Client> {
         let (addr, token) = self.resolve()?;
-        Ok(Client::with_token(&addr, token.as_deref())?)
+        let client = Client::with_token(&addr, token.as_deref())?;
+        crate::output::use_server_time(&client);
+        Ok(client)
     }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputFormat {
+    /// Columns for people, with AGE.
     #[default]
     Table,
+    /// The table with more columns.
     Wide,
     Json,
     Yaml,
+    /// `kind/name`, one resource a line (as `kubectl get -o name`), for scripts.
+    Name,
 }
 
 #[derive(Subcommand, Debug)]
@@ -286,6 +292,8 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: bench::BenchCmd,
     },
+    /// Print the API's OpenAPI 3.1 document (what a node serves at /openapi.json).
+    Openapi,
 }
 
 #[derive(Subcommand, Debug)]
@@ -657,15 +665,19 @@ impl Cli {
                 let (w, created) = client
                     .submit_raw(body, yaml, idempotency_key.as_deref())
                     .await?;
-                if output == OutputFormat::Table {
-                    let verb = if created {
-                        "created"
-                    } else {
-                        "unchanged (idempotent replay)"
-                    };
-                    println!("workload/{} {verb}", w.metadata.name);
-                } else {
-                    output::print_one(&w, output)?;
+                match output {
+                    OutputFormat::Table => {
+                        let verb = if created {
+                            "created"
+                        } else {
+                            "unchanged (idempotent replay)"
+                        };
+                        println!("workload/{} {verb}", w.metadata.name);
+                    }
+                    OutputFormat::Wide => {
+                        output::print_workloads(std::slice::from_ref(&w), output)?
+                    }
+                    _ => output::print_one(&w, output)?,
                 }
                 // Accepted either way; a warning is best effort and never fails the submit.
                 if let Ok(cap) = client.capacity(true).await
@@ -702,14 +714,21 @@ impl Cli {
                 ..
             } => {
                 let w = target.client()?.get(&id, stale).await?;
-                output::print_one(&w, output)
+                match output {
+                    OutputFormat::Table | OutputFormat::Wide => {
+                        output::print_workloads(std::slice::from_ref(&w), output)
+                    }
+                    _ => output::print_one(&w, output),
+                }
             }
             Cmd::Cancel { id, output, target } => {
                 let w = target.client()?.cancel(&id).await?;
-                if output == OutputFormat::Table {
-                    println!("workload/{} cancelled", w.metadata.name);
-                } else {
-                    output::print_one(&w, output)?;
+                match output {
+                    OutputFormat::Table => println!("workload/{} cancelled", w.metadata.name),
+                    OutputFormat::Wide => {
+                        output::print_workloads(std::slice::from_ref(&w), output)?
+                    }
+                    _ => output::print_one(&w, output)?,
                 }
                 Ok(())
             }
@@ -783,8 +802,15 @@ impl Cli {
                 output::print_workloads(&items, output)
             }
             Cmd::Explain { id, output, target } => {
-                let v = target.client()?.explain(&id).await?;
-                output::print_explain(&v, output)
+                let client = target.client()?;
+                let v = client.explain(&id).await?;
+                // Wide adds each cluster's region, health and free GPUs; best effort.
+                let cap = if output == OutputFormat::Wide {
+                    client.capacity(true).await.ok()
+                } else {
+                    None
+                };
+                output::print_explain(&v, output, cap.as_ref())
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
@@ -871,6 +897,10 @@ impl Cli {
             }
             Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,
+            Cmd::Openapi => {
+                print!("{}", tideway_federation::server::openapi::json());
+                Ok(())
+            }
         }
     }
 }
@@ -1023,7 +1053,7 @@ async fn watch_loop(
     use std::io::Write;
     use tideway_api::client::ClientError;
     let mut from = from.unwrap_or(0);
-    if output != OutputFormat::Json {
+    if !matches!(output, OutputFormat::Json | OutputFormat::Name) {
         println!(
             "{:<9} {:<32} {:<10} {:<12} VERSION",
             "EVENT", "NAME", "PHASE", "CLUSTER"
@@ -1044,6 +1074,8 @@ async fn watch_loop(
         for ev in &page.items {
             if output == OutputFormat::Json {
                 println!("{}", serde_json::to_string(ev)?);
+            } else if output == OutputFormat::Name {
+                println!("workload/{}", ev.name);
             } else {
                 let st = ev.object.as_ref().and_then(|w| w.status.as_ref());
                 println!(

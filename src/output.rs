@@ -3,9 +3,11 @@
 //! Every printer takes the typed answer of the API; JSON and YAML are those types serialized,
 //! so `-o json` has exactly the wire's field names.
 
+use chrono::{DateTime, Utc};
 use comfy_table::{CellAlignment, Table, presets};
 use serde::Serialize;
 use tideway_api::capacity::{CapacitySummary, CapacityView};
+use tideway_api::clock::{Clock, RealClock};
 use tideway_api::cluster::{ClusterReport, NodeReport};
 use tideway_api::explain::ExplainResponse;
 use tideway_api::list::{MemberClusterList, QueueList};
@@ -16,9 +18,76 @@ use crate::cli::OutputFormat;
 pub fn print_one<T: Serialize>(v: &T, fmt: OutputFormat) -> anyhow::Result<()> {
     match fmt {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(v)?),
+        OutputFormat::Name => println!("{}", name_of(v)?),
         _ => print!("{}", serde_saphyr::to_string(v)?),
     }
     Ok(())
+}
+
+/// `kind/name` of a resource document, as `kubectl get -o name` prints it: the kind in
+/// lower case, so the line can be pasted back into a command.
+pub(crate) fn name_of<T: Serialize>(v: &T) -> anyhow::Result<String> {
+    let v = serde_json::to_value(v)?;
+    match (v["kind"].as_str(), v["metadata"]["name"].as_str()) {
+        (Some(kind), Some(name)) => Ok(format!("{}/{name}", kind.to_lowercase())),
+        _ => anyhow::bail!("-o name prints kind/name of resources; this output has none"),
+    }
+}
+
+/// Prints `kind/name` lines.
+fn print_names<'a>(kind: &str, names: impl IntoIterator<Item = &'a str>) {
+    for n in names {
+        println!("{kind}/{n}");
+    }
+}
+
+/// The error of `-o name` on a verb that prints no resources.
+fn no_names(what: &str) -> anyhow::Error {
+    anyhow::anyhow!("-o name lists resources as kind/name; {what} prints none (use -o json)")
+}
+
+/// The server clock the CLI's client reads, once a client exists.
+static SERVER_TIME: std::sync::OnceLock<tideway_api::client::ServerTime> =
+    std::sync::OnceLock::new();
+
+/// Measure ages against the node `client` talks to (see [`now`]).
+pub(crate) fn use_server_time(client: &tideway_api::client::Client) {
+    let _ = SERVER_TIME.set(client.server_time());
+}
+
+/// The time ages are measured against: the node's calendar time as its last answer stamped
+/// it (a dev fleet's clock runs faster than the wall clock), else this machine's clock.
+pub(crate) fn now() -> DateTime<Utc> {
+    SERVER_TIME
+        .get()
+        .and_then(|t| t.last())
+        .unwrap_or_else(|| RealClock.now())
+}
+
+/// A duration the way `kubectl get` shows an AGE: one unit, the largest that keeps two
+/// significant digits (`45s`, `5m`, `3h`, `2d`, `3y`). Negative (clock skew) reads `0s`.
+pub(crate) fn human_duration(d: chrono::Duration) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 120 * 60 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s if s < 2 * 365 * 86400 => format!("{}d", s / 86400),
+        s => format!("{}y", s / (365 * 86400)),
+    }
+}
+
+/// The AGE column: how long ago `t` was, or `-` when unknown.
+pub(crate) fn age(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    t.map_or_else(|| "-".into(), |t| human_duration(now - t))
+}
+
+/// A timestamp for a table: RFC 3339 to the second, in UTC (no nanoseconds).
+pub(crate) fn timestamp(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(
+        || "-".into(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
 }
 
 /// A borderless table like `kubectl get` prints: columns two spaces apart, the first at the
@@ -45,9 +114,19 @@ fn phase_of(w: &Workload) -> String {
 }
 
 pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<()> {
+    let now = now();
+    // A workload's age counts from its submission, which is when it was first stored.
+    let created = |w: &Workload| {
+        w.metadata
+            .creation_timestamp
+            .or_else(|| w.status.as_ref().and_then(|s| s.submitted_at))
+    };
     match fmt {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(items)?),
         OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
+        OutputFormat::Name => {
+            print_names("workload", items.iter().map(|w| w.metadata.name.as_str()))
+        }
         OutputFormat::Table => {
             let rows = items
                 .iter()
@@ -58,12 +137,17 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                         w.spec.class.to_string(),
                         w.spec.total_gpus().to_string(),
                         phase_of(w),
+                        age(created(w), now),
                     ]
                 })
                 .collect();
             println!(
                 "{}",
-                table(&["NAME", "QUEUE", "CLASS", "GPUS", "PHASE"], rows, &[3])
+                table(
+                    &["NAME", "QUEUE", "CLASS", "GPUS", "PHASE", "AGE"],
+                    rows,
+                    &[3]
+                )
             );
         }
         OutputFormat::Wide => {
@@ -78,12 +162,13 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                         w.spec.priority_class.clone(),
                         w.spec.total_gpus().to_string(),
                         phase_of(w),
+                        age(created(w), now),
                         st.and_then(|s| s.cluster.clone())
                             .unwrap_or_else(|| "-".into()),
+                        st.and_then(|s| s.pending_reason.as_ref())
+                            .map_or_else(|| "-".into(), |r| r.code().to_string()),
                         w.metadata.uid.clone().unwrap_or_default(),
-                        st.and_then(|s| s.submitted_at)
-                            .map(|t| t.to_rfc3339())
-                            .unwrap_or_default(),
+                        timestamp(st.and_then(|s| s.submitted_at)),
                     ]
                 })
                 .collect();
@@ -97,7 +182,9 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                         "PRIORITY",
                         "GPUS",
                         "PHASE",
+                        "AGE",
                         "CLUSTER",
+                        "REASON",
                         "UID",
                         "SUBMITTED",
                     ],
@@ -115,9 +202,12 @@ fn or_dash(v: Option<u64>) -> String {
 }
 
 pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(report, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(report, fmt),
+        OutputFormat::Name => return Err(no_names("cluster status")),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
     println!(
         "leader: {}   term: {}",
         report
@@ -137,13 +227,24 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
             };
             let mut row = vec![n.id.to_string(), n.addr.clone(), role.to_string()];
             match &n.status {
-                Some(s) => row.extend([
-                    s.state.clone(),
-                    or_dash(s.last_log_index),
-                    or_dash(s.last_applied),
-                    or_dash(s.snapshot),
-                    s.state_digest.clone(),
-                ]),
+                Some(s) => {
+                    row.extend([
+                        s.state.clone(),
+                        or_dash(s.last_log_index),
+                        or_dash(s.last_applied),
+                        or_dash(s.snapshot),
+                        s.state_digest.clone(),
+                    ]);
+                    if wide {
+                        row.extend([
+                            s.term.to_string(),
+                            or_dash(s.leader),
+                            or_dash(s.committed),
+                            or_dash(s.purged),
+                            s.workloads.to_string(),
+                        ]);
+                    }
+                }
                 None => row.push(format!(
                     "unreachable: {}",
                     n.error.as_deref().unwrap_or("no answer")
@@ -152,41 +253,53 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
             row
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &[
-                "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST"
-            ],
-            rows,
-            &[4, 5, 6],
-        )
-    );
+    let mut header = vec![
+        "ID", "ADDR", "ROLE", "STATE", "LAST LOG", "APPLIED", "SNAPSHOT", "DIGEST",
+    ];
+    if wide {
+        header.extend(["TERM", "LEADER", "COMMITTED", "PURGED", "WORKLOADS"]);
+    }
+    println!("{}", table(&header, rows, &[4, 5, 6]));
     Ok(())
 }
 
-fn cap_row(label: String, c: &CapacitySummary, extra: String) -> Vec<String> {
-    vec![
+fn cap_row(label: String, c: &CapacitySummary, extra: String, wide: bool) -> Vec<String> {
+    let mut row = vec![
         label,
         c.total.to_string(),
         c.allocated.to_string(),
         c.free.to_string(),
         c.unhealthy.to_string(),
         c.cordoned.to_string(),
-        extra,
-    ]
+    ];
+    if wide {
+        row.push(c.borrowed.to_string());
+    }
+    row.push(extra);
+    row
 }
 
 pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            print_names(
+                "membercluster",
+                v.clusters.iter().map(|c| c.cluster.as_str()),
+            );
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
-    let mut rows = vec![cap_row("fleet".into(), &v.fleet, String::new())];
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
+    let mut rows = vec![cap_row("fleet".into(), &v.fleet, String::new(), wide)];
     for r in &v.regions {
         rows.push(cap_row(
             format!("region/{}", r.region),
             &r.capacity,
             String::new(),
+            wide,
         ));
     }
     for f in &v.flavors {
@@ -194,13 +307,23 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
             format!("flavor/{}", f.flavor),
             &f.capacity,
             String::new(),
+            wide,
         ));
     }
     for c in &v.clusters {
+        let mut detail = format!("{:?} in {}", c.phase, c.region);
+        if wide {
+            detail.push_str(&format!(
+                ", digest {} old, heartbeat {} ago",
+                age(c.digest_at, now),
+                age(c.last_heartbeat, now)
+            ));
+        }
         rows.push(cap_row(
             format!("cluster/{}", c.cluster),
             &c.capacity,
-            format!("{:?} in {}", c.phase, c.region),
+            detail,
+            wide,
         ));
         for p in &c.pools {
             let g = &p.largest_gang;
@@ -215,74 +338,111 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
                     g.rack,
                     g.zone
                 ),
+                wide,
             ));
-            if fmt == OutputFormat::Wide {
+            if wide {
                 for d in &p.domains {
                     rows.push(cap_row(
                         format!("    {}/{}", d.level.as_str(), d.name),
                         &d.capacity,
                         String::new(),
+                        wide,
                     ));
                 }
             }
         }
     }
-    println!(
-        "{}",
-        table(
-            &[
-                "SCOPE",
-                "TOTAL",
-                "ALLOCATED",
-                "FREE",
-                "UNHEALTHY",
-                "CORDONED",
-                "DETAIL"
-            ],
-            rows,
-            &[1, 2, 3, 4, 5],
-        )
-    );
+    let mut header = vec![
+        "SCOPE",
+        "TOTAL",
+        "ALLOCATED",
+        "FREE",
+        "UNHEALTHY",
+        "CORDONED",
+    ];
+    let mut right = vec![1, 2, 3, 4, 5];
+    if wide {
+        header.push("BORROWED");
+        right.push(6);
+    }
+    header.push("DETAIL");
+    println!("{}", table(&header, rows, &right));
     println!("fragmentation: {}", v.fragmentation_definition);
     Ok(())
 }
 
 pub fn print_members(v: &MemberClusterList, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            print_names(
+                "membercluster",
+                v.items.iter().map(|m| m.metadata.name.as_str()),
+            );
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
     let rows = v
         .items
         .iter()
         .map(|m| {
             let st = m.status.as_ref();
-            vec![
+            let mut row = vec![
                 m.metadata.name.clone(),
                 m.spec.region.clone(),
                 st.map(|s| format!("{:?}", s.phase))
                     .unwrap_or_else(|| "-".into()),
-                st.and_then(|s| s.last_heartbeat)
-                    .map(|t| t.to_rfc3339())
-                    .unwrap_or_else(|| "-".into()),
-                st.and_then(|s| s.message.clone()).unwrap_or_default(),
-            ]
+                age(st.and_then(|s| s.last_heartbeat), now),
+                age(m.metadata.creation_timestamp, now),
+            ];
+            if wide {
+                let pools: Vec<String> = m
+                    .spec
+                    .pools
+                    .iter()
+                    .map(|p| format!("{}:{:?}", p.name, p.kind).to_lowercase())
+                    .collect();
+                row.extend([
+                    m.spec.zone.clone().unwrap_or_else(|| "-".into()),
+                    pools.join(","),
+                    m.spec.gpu_models.join(","),
+                    st.and_then(|s| s.agent_version.clone())
+                        .unwrap_or_else(|| "-".into()),
+                    timestamp(st.and_then(|s| s.last_heartbeat)),
+                ]);
+            }
+            row.push(st.and_then(|s| s.message.clone()).unwrap_or_default());
+            row
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &["NAME", "REGION", "PHASE", "LAST HEARTBEAT", "MESSAGE"],
-            rows,
-            &[]
-        )
-    );
+    let mut header = vec!["NAME", "REGION", "PHASE", "HEARTBEAT", "AGE"];
+    if wide {
+        header.extend(["ZONE", "POOLS", "GPU MODELS", "AGENT", "LAST HEARTBEAT"]);
+    }
+    header.push("MESSAGE");
+    println!("{}", table(&header, rows, &[]));
     Ok(())
 }
 
-pub fn print_explain(v: &ExplainResponse, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+/// `tideway explain`; `-o wide` adds each cluster's region, health and free GPUs from
+/// `capacity` (the caller fetches it only for wide output).
+pub fn print_explain(
+    v: &ExplainResponse,
+    fmt: OutputFormat,
+    capacity: Option<&CapacityView>,
+) -> anyhow::Result<()> {
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            println!("workload/{}", v.workload);
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
     println!("workload:  {} ({})", v.workload, v.uid);
     println!("phase:     {}", v.phase);
     if let Some(c) = &v.cluster {
@@ -293,20 +453,66 @@ pub fn print_explain(v: &ExplainResponse, fmt: OutputFormat) -> anyhow::Result<(
         println!("reason:    {}  {}", r.code(), serde_json::to_string(r)?);
     }
     if let Some(d) = &v.decision {
-        println!(
-            "decision:  {d} (cycle at {})",
-            v.cycle_at
-                .map(|t| t.to_rfc3339())
-                .unwrap_or_else(|| "?".into())
-        );
+        println!("decision:  {d} (cycle at {})", timestamp(v.cycle_at));
+    }
+    if wide && let Some(m) = &v.message {
+        println!("message:   {m}");
     }
     if let Some(ex) = &v.explanation {
         println!("unblock:   {}", ex.hint);
         if !ex.clusters.is_empty() {
-            println!("clusters:");
-            for c in &ex.clusters {
-                println!("  {:<20} {}", c.cluster, serde_json::to_string(&c.verdict)?);
-            }
+            println!();
+            let rows = ex
+                .clusters
+                .iter()
+                .map(|c| {
+                    let detail = serde_json::to_value(&c.verdict).unwrap_or_default();
+                    let kind = detail["type"].as_str().unwrap_or("-").to_string();
+                    // The verdict's own fields (flavor, GPUs needed and free...).
+                    let fields: Vec<String> = detail
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .filter(|(k, _)| k.as_str() != "type")
+                        .map(|(k, v)| match v.as_str() {
+                            Some(s) => format!("{k}={s}"),
+                            None => format!("{k}={v}"),
+                        })
+                        .collect();
+                    let mut row = vec![c.cluster.clone(), kind];
+                    if wide {
+                        let cap = capacity
+                            .and_then(|cap| cap.clusters.iter().find(|k| k.cluster == c.cluster));
+                        row.extend(match cap {
+                            Some(k) => [
+                                k.region.clone(),
+                                format!("{:?}", k.phase),
+                                k.capacity.free.to_string(),
+                            ],
+                            None => ["-".into(), "-".into(), "-".into()],
+                        });
+                    }
+                    row.push(if fields.is_empty() {
+                        "-".into()
+                    } else {
+                        fields.join(" ")
+                    });
+                    row
+                })
+                .collect();
+            let header: &[&str] = if wide {
+                &[
+                    "CLUSTER",
+                    "VERDICT",
+                    "REGION",
+                    "HEALTH",
+                    "FREE GPUS",
+                    "DETAIL",
+                ]
+            } else {
+                &["CLUSTER", "VERDICT", "DETAIL"]
+            };
+            println!("{}", table(header, rows, if wide { &[4] } else { &[] }));
         }
     }
     Ok(())
@@ -327,9 +533,19 @@ pub fn print_role_bindings(
     v: &tideway_api::list::RoleBindingList,
     fmt: OutputFormat,
 ) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            print_names(
+                "rolebinding",
+                v.items.iter().map(|b| b.metadata.name.as_str()),
+            );
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
     let list = |xs: &[String]| {
         if xs.is_empty() {
             "-".to_string()
@@ -341,32 +557,59 @@ pub fn print_role_bindings(
         .items
         .iter()
         .map(|b| {
-            vec![
+            let mut row = vec![
                 b.metadata.name.clone(),
                 b.spec.role.as_str().to_string(),
                 list(&b.spec.subjects),
                 list(&b.spec.groups),
                 list(&b.spec.queues),
-            ]
+                age(b.metadata.creation_timestamp, now),
+            ];
+            if wide {
+                row.extend([
+                    timestamp(b.metadata.creation_timestamp),
+                    or_dash(b.metadata.resource_version),
+                    b.metadata.uid.clone().unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            row
         })
         .collect();
-    println!(
-        "{}",
-        table(&["NAME", "ROLE", "SUBJECTS", "GROUPS", "QUEUES"], rows, &[])
-    );
+    let mut header = vec!["NAME", "ROLE", "SUBJECTS", "GROUPS", "QUEUES", "AGE"];
+    if wide {
+        header.extend(["CREATED", "RESOURCE VERSION", "UID"]);
+    }
+    println!("{}", table(&header, rows, &[]));
     Ok(())
 }
 
 pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            print_names("queue", v.items.iter().map(|q| q.metadata.name.as_str()));
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
+    let per_flavor = |m: &std::collections::BTreeMap<String, u64>| {
+        if m.is_empty() {
+            "-".to_string()
+        } else {
+            m.iter()
+                .map(|(f, n)| format!("{f} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
     let rows = v
         .items
         .iter()
         .map(|q| {
             let quotas: Vec<String> = q.spec.quotas.iter().map(quota_text).collect();
-            vec![
+            let mut row = vec![
                 q.metadata.name.clone(),
                 q.spec.tenant.clone(),
                 q.spec.cohort.clone().unwrap_or_else(|| "-".into()),
@@ -376,41 +619,82 @@ pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
                 } else {
                     quotas.join(", ")
                 },
-            ]
+                age(q.metadata.creation_timestamp, now),
+            ];
+            if wide {
+                let st = q.status.clone().unwrap_or_default();
+                let classes: Vec<String> = q.spec.classes.iter().map(|c| c.to_string()).collect();
+                row.extend([
+                    if classes.is_empty() {
+                        "any".to_string()
+                    } else {
+                        classes.join(",")
+                    },
+                    st.pending_workloads.to_string(),
+                    st.active_workloads.to_string(),
+                    per_flavor(&st.used_gpus),
+                    per_flavor(&st.borrowed_gpus),
+                    format!(
+                        "{:?}/{:?}",
+                        q.spec.preemption.within_queue, q.spec.preemption.reclaim_within_cohort
+                    ),
+                ]);
+            }
+            row
         })
         .collect();
+    let mut header = vec![
+        "NAME",
+        "TENANT",
+        "COHORT",
+        "WEIGHT",
+        "QUOTAS (flavor guaranteed/borrow/max)",
+        "AGE",
+    ];
+    if wide {
+        header.extend([
+            "CLASSES",
+            "PENDING",
+            "ACTIVE",
+            "USED GPUS",
+            "BORROWED GPUS",
+            "PREEMPTION (queue/cohort)",
+        ]);
+    }
     println!(
         "{}",
-        table(
-            &[
-                "NAME",
-                "TENANT",
-                "COHORT",
-                "WEIGHT",
-                "QUOTAS (flavor guaranteed/borrow/max)"
-            ],
-            rows,
-            &[3],
-        )
+        table(&header, rows, if wide { &[3, 7, 8] } else { &[3] })
     );
     Ok(())
 }
 
 /// `tideway schedule show`: where the schedule stands, then one row per hour.
 pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> anyhow::Result<()> {
-    if matches!(fmt, OutputFormat::Json | OutputFormat::Yaml) {
-        return print_one(v, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(v, fmt),
+        OutputFormat::Name => {
+            println!("quotaschedule/{}", v.schedule);
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
     let or_default = |w: &Option<String>| w.clone().unwrap_or_else(|| "(default)".to_owned());
     println!("schedule:        {} ({})", v.schedule, v.time_zone);
     println!("current window:  {}", or_default(&v.status.active_window));
     if let Some(at) = v.status.last_transition_at {
-        println!("since:           {}", at.to_rfc3339());
+        println!(
+            "since:           {} ({} ago)",
+            timestamp(Some(at)),
+            age(Some(at), now)
+        );
     }
     match v.status.next_transition_at {
         Some(at) => println!(
-            "next transition: {} -> {}",
-            at.to_rfc3339(),
+            "next transition: {} (in {}) -> {}",
+            timestamp(Some(at)),
+            human_duration(at - now),
             or_default(&v.next_window)
         ),
         None => println!("next transition: none within a week"),
@@ -430,10 +714,20 @@ pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> a
             } else {
                 quotas.join("  ")
             };
-            vec![h.local.clone(), or_default(&h.window), quotas]
+            let mut row = vec![h.local.clone(), or_default(&h.window)];
+            if wide {
+                row.push(timestamp(Some(h.start)));
+            }
+            row.push(quotas);
+            row
         })
         .collect();
-    print!("{}", table(&["LOCAL HOUR", "WINDOW", "QUOTAS"], rows, &[]));
+    let header: &[&str] = if wide {
+        &["LOCAL HOUR", "WINDOW", "UTC START", "QUOTAS"]
+    } else {
+        &["LOCAL HOUR", "WINDOW", "QUOTAS"]
+    };
+    println!("{}", table(header, rows, &[]));
     Ok(())
 }
 
@@ -442,6 +736,8 @@ pub fn print_events(
     items: &[tideway_api::audit::AuditEvent],
     fmt: OutputFormat,
 ) -> anyhow::Result<()> {
+    let now = now();
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     match fmt {
         OutputFormat::Json => {
             for e in items {
@@ -449,17 +745,18 @@ pub fn print_events(
             }
         }
         OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
-        OutputFormat::Table | OutputFormat::Wide => {
+        OutputFormat::Name => return Err(no_names("events")),
+        OutputFormat::Table => {
             let rows = items
                 .iter()
                 .map(|e| {
                     vec![
                         e.seq.to_string(),
-                        e.at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+                        age(Some(e.at), now),
                         e.kind.as_str().to_string(),
                         e.actor.clone(),
-                        e.workload.clone().unwrap_or_else(|| "-".into()),
-                        e.cluster.clone().unwrap_or_else(|| "-".into()),
+                        dash(&e.workload),
+                        dash(&e.cluster),
                         e.policy_version.to_string(),
                         e.evidence.clone(),
                     ]
@@ -469,10 +766,41 @@ pub fn print_events(
                 "{}",
                 table(
                     &[
-                        "SEQ", "AT", "KIND", "ACTOR", "WORKLOAD", "CLUSTER", "POLICY", "EVIDENCE"
+                        "SEQ", "AGE", "KIND", "ACTOR", "WORKLOAD", "CLUSTER", "POLICY", "EVIDENCE"
                     ],
                     rows,
                     &[0, 6],
+                )
+            );
+        }
+        OutputFormat::Wide => {
+            let rows = items
+                .iter()
+                .map(|e| {
+                    vec![
+                        e.seq.to_string(),
+                        age(Some(e.at), now),
+                        e.at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+                        e.index.to_string(),
+                        e.kind.as_str().to_string(),
+                        e.actor.clone(),
+                        dash(&e.workload),
+                        dash(&e.queue),
+                        dash(&e.cluster),
+                        e.policy_version.to_string(),
+                        e.evidence.clone(),
+                    ]
+                })
+                .collect();
+            println!(
+                "{}",
+                table(
+                    &[
+                        "SEQ", "AGE", "AT", "INDEX", "KIND", "ACTOR", "WORKLOAD", "QUEUE",
+                        "CLUSTER", "POLICY", "EVIDENCE"
+                    ],
+                    rows,
+                    &[0, 3, 9],
                 )
             );
         }
@@ -485,47 +813,63 @@ pub fn print_policy_history(
     h: &tideway_api::PolicyHistory,
     fmt: OutputFormat,
 ) -> anyhow::Result<()> {
-    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
-        return print_one(h, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(h, fmt),
+        OutputFormat::Name => {
+            // A version is read back with `tideway policy get N`.
+            for v in &h.items {
+                println!("policyversion/{}", v.version);
+            }
+            return Ok(());
+        }
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
+    let now = now();
     let rows = h
         .items
         .iter()
         .map(|v| {
             let mark = if v.version == h.current { "*" } else { "" };
-            vec![
+            let mut row = vec![
                 format!("{}{mark}", v.version),
                 v.name.clone(),
-                v.applied_at
-                    .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-                    .unwrap_or_else(|| "-".into()),
+                age(v.applied_at, now),
                 v.applied_by.clone().unwrap_or_else(|| "-".into()),
                 v.rolled_back_to
                     .map(|r| r.to_string())
                     .unwrap_or_else(|| "-".into()),
                 if v.scoped { "scoped" } else { "fleet" }.to_string(),
-                v.message.clone().unwrap_or_default(),
-            ]
+            ];
+            if wide {
+                row.push(timestamp(v.applied_at));
+                row.push(if Some(v.version) == h.rollout_base {
+                    "rollout base".into()
+                } else {
+                    "-".into()
+                });
+            }
+            row.push(v.message.clone().unwrap_or_default());
+            row
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &[
-                "VERSION", "NAME", "APPLIED", "BY", "RESTORES", "SCOPE", "MESSAGE"
-            ],
-            rows,
-            &[0],
-        )
-    );
+    let mut header = vec!["VERSION", "NAME", "AGE", "BY", "RESTORES", "SCOPE"];
+    if wide {
+        header.extend(["APPLIED", "ROLE"]);
+    }
+    header.push("MESSAGE");
+    println!("{}", table(&header, rows, &[0]));
     Ok(())
 }
 
 /// `tideway policy diff`.
 pub fn print_policy_diff(d: &tideway_api::PolicyDiff, fmt: OutputFormat) -> anyhow::Result<()> {
-    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
-        return print_one(d, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(d, fmt),
+        OutputFormat::Name => return Err(no_names("policy diff")),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
     let to =
         d.to.map(|v| format!("version {v}"))
             .unwrap_or_else(|| "the candidate".into());
@@ -534,25 +878,46 @@ pub fn print_policy_diff(d: &tideway_api::PolicyDiff, fmt: OutputFormat) -> anyh
         .changes
         .iter()
         .map(|c| {
-            vec![
-                c.path.clone(),
+            let mut row = vec![c.path.clone()];
+            if wide {
+                // What kind of change, and which part of the bundle it is in.
+                let change = match (&c.old, &c.new) {
+                    (None, Some(_)) => "added",
+                    (Some(_), None) => "removed",
+                    _ => "changed",
+                };
+                let section = c.path.split(['.', '[']).next().unwrap_or("-");
+                row.extend([change.to_string(), section.to_string()]);
+            }
+            row.extend([
                 c.old.clone().unwrap_or_else(|| "-".into()),
                 c.new.clone().unwrap_or_else(|| "-".into()),
-            ]
+            ]);
+            row
         })
         .collect();
-    println!("{}", table(&["PATH", "OLD", "NEW"], rows, &[]));
+    let header: &[&str] = if wide {
+        &["PATH", "CHANGE", "SECTION", "OLD", "NEW"]
+    } else {
+        &["PATH", "OLD", "NEW"]
+    };
+    println!("{}", table(header, rows, &[]));
     Ok(())
 }
 
 /// `tideway policy dry-run`.
 pub fn print_dry_run(r: &tideway_api::DryRunReport, fmt: OutputFormat) -> anyhow::Result<()> {
-    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
-        return print_one(r, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(r, fmt),
+        OutputFormat::Name => return Err(no_names("policy dry-run")),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
     println!(
         "dry-run against version {} at log index {} ({}): nothing applied",
-        r.current_version, r.applied_index, r.at
+        r.current_version,
+        r.applied_index,
+        timestamp(Some(r.at))
     );
     if r.no_change() {
         println!("no change: the candidate decides exactly what the current policy decides");
@@ -565,7 +930,7 @@ pub fn print_dry_run(r: &tideway_api::DryRunReport, fmt: OutputFormat) -> anyhow
         ("preempted", &r.newly_preempted),
     ] {
         for w in list {
-            rows.push(vec![
+            let mut row = vec![
                 what.to_string(),
                 w.workload.clone(),
                 w.queue.clone(),
@@ -574,32 +939,54 @@ pub fn print_dry_run(r: &tideway_api::DryRunReport, fmt: OutputFormat) -> anyhow
                     .as_ref()
                     .map(|p| p.to_string())
                     .unwrap_or_else(|| "-".into()),
-            ]);
+            ];
+            if wide {
+                row.push(
+                    w.reason
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |p| p.code().to_string()),
+                );
+            }
+            rows.push(row);
         }
     }
-    println!(
-        "{}",
-        table(
-            &["NEWLY", "WORKLOAD", "QUEUE", "CLUSTER", "REASON"],
-            rows,
-            &[]
-        )
-    );
+    let header: &[&str] = if wide {
+        &["NEWLY", "WORKLOAD", "QUEUE", "CLUSTER", "REASON", "CODE"]
+    } else {
+        &["NEWLY", "WORKLOAD", "QUEUE", "CLUSTER", "REASON"]
+    };
+    println!("{}", table(header, rows, &[]));
     let rows = r
         .quota_moves
         .iter()
         .map(|m| {
-            vec![
+            let mut row = vec![
                 m.queue.clone(),
                 format!("{} -> {}", m.guaranteed_now, m.guaranteed_candidate),
                 format!("{} -> {}", m.admitted_gpus_now, m.admitted_gpus_candidate),
-            ]
+            ];
+            if wide {
+                let delta = |a: u64, b: u64| format!("{:+}", b as i64 - a as i64);
+                row.extend([
+                    delta(m.guaranteed_now, m.guaranteed_candidate),
+                    delta(m.admitted_gpus_now, m.admitted_gpus_candidate),
+                ]);
+            }
+            row
         })
         .collect();
-    println!(
-        "{}",
-        table(&["QUEUE", "GUARANTEED GPUS", "ADMITTED GPUS"], rows, &[])
-    );
+    let header: &[&str] = if wide {
+        &[
+            "QUEUE",
+            "GUARANTEED GPUS",
+            "ADMITTED GPUS",
+            "GUARANTEED DELTA",
+            "ADMITTED DELTA",
+        ]
+    } else {
+        &["QUEUE", "GUARANTEED GPUS", "ADMITTED GPUS"]
+    };
+    println!("{}", table(header, rows, &[]));
     Ok(())
 }
 
@@ -608,9 +995,12 @@ pub fn print_replay(
     r: &crate::policy_replay::ReplayReport,
     fmt: OutputFormat,
 ) -> anyhow::Result<()> {
-    if !matches!(fmt, OutputFormat::Table | OutputFormat::Wide) {
-        return print_one(r, fmt);
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => return print_one(r, fmt),
+        OutputFormat::Name => return Err(no_names("policy dry-run --replay")),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
+    let wide = fmt == OutputFormat::Wide;
     println!(
         "replay of {} submissions from {} to {} (not replayable, compacted: {}): version {} vs the candidate",
         r.replayed, r.from, r.to, r.not_replayable, r.current_version
@@ -623,29 +1013,66 @@ pub fn print_replay(
         .queues
         .iter()
         .map(|q| {
-            vec![
+            let mut row = vec![
                 q.queue.clone(),
                 q.jobs.to_string(),
                 format!("{:.0} -> {:.0}", q.wait_p50_now, q.wait_p50_candidate),
                 format!("{:.0} -> {:.0}", q.wait_p95_now, q.wait_p95_candidate),
                 format!("{} -> {}", q.preemptions_now, q.preemptions_candidate),
-            ]
+            ];
+            if wide {
+                row.extend([
+                    format!("{:+.0}", q.wait_p50_candidate - q.wait_p50_now),
+                    format!("{:+.0}", q.wait_p95_candidate - q.wait_p95_now),
+                ]);
+            }
+            row
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &["QUEUE", "JOBS", "WAIT P50 S", "WAIT P95 S", "PREEMPTIONS"],
-            rows,
-            &[1],
-        )
-    );
+    let header: &[&str] = if wide {
+        &[
+            "QUEUE",
+            "JOBS",
+            "WAIT P50 S",
+            "WAIT P95 S",
+            "PREEMPTIONS",
+            "P50 DELTA S",
+            "P95 DELTA S",
+        ]
+    } else {
+        &["QUEUE", "JOBS", "WAIT P50 S", "WAIT P95 S", "PREEMPTIONS"]
+    };
+    println!("{}", table(header, rows, &[1]));
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        let d = chrono::Duration::seconds;
+        assert_eq!(human_duration(d(-5)), "0s");
+        assert_eq!(human_duration(d(45)), "45s");
+        assert_eq!(human_duration(d(5 * 60 + 10)), "5m");
+        assert_eq!(human_duration(d(3 * 3600 + 59)), "3h");
+        assert_eq!(human_duration(d(2 * 86400 + 7)), "2d");
+        assert_eq!(human_duration(d(3 * 365 * 86400)), "3y");
+        let t = chrono::DateTime::parse_from_rfc3339("2026-11-30T10:00:00.123456789Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(timestamp(Some(t)), "2026-11-30T10:00:00Z");
+        assert_eq!(age(Some(t), t + d(90)), "90s");
+        assert_eq!(age(None, t), "-");
+    }
+
+    #[test]
+    fn name_of_is_the_lower_case_kind_and_the_name() {
+        let q = serde_json::json!({"kind": "RoleBinding", "metadata": {"name": "ml"}});
+        assert_eq!(name_of(&q).unwrap(), "rolebinding/ml");
+        assert!(name_of(&serde_json::json!({"items": []})).is_err());
+    }
 
     #[test]
     fn tables_start_rows_at_the_line_start_and_align_numbers() {

@@ -14,6 +14,7 @@ use crate::workload::{NodeGpus, Workload};
 
 /// A workload the federation placed on this member cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Assignment {
     /// The workload as stored, uid included; the agent keys its local objects on the uid.
@@ -34,6 +35,7 @@ impl Assignment {
 
 /// Where a workload stands in its member cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "phase", rename_all = "camelCase")]
 pub enum LocalPhase {
     /// Created, waiting for the local gang scheduler.
@@ -68,6 +70,7 @@ impl LocalPhase {
 
 /// One workload's phase in its member cluster, as the agent reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LocalStatus {
     /// The workload's uid.
@@ -87,6 +90,7 @@ pub struct LocalStatus {
 
 /// What the federation wants done with an assignment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Desired {
     /// Run it (create if absent).
@@ -102,6 +106,7 @@ pub enum Desired {
 
 /// One assignment as the federation replicates it, with the revision of its last change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssignmentRecord {
     /// The log index of the last change; agents resume from the highest one they saw.
@@ -114,6 +119,7 @@ pub struct AssignmentRecord {
 
 /// `POST /v1/members/register`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterRequest {
     /// The member to register or update, with its spec.
@@ -125,6 +131,7 @@ pub struct RegisterRequest {
 
 /// `POST /v1/members/{name}/heartbeat`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Heartbeat {
     /// The member's capacity now; replaces the previous digest whole.
@@ -133,6 +140,7 @@ pub struct Heartbeat {
 
 /// `GET /v1/members/{name}/assignments?after=REV&waitSeconds=N`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssignmentPage {
     /// Every assignment changed after the requested revision.
@@ -143,6 +151,7 @@ pub struct AssignmentPage {
 
 /// `POST /v1/members/{name}/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusReport {
     /// Phase changes since the last report; replays are harmless.
@@ -151,6 +160,7 @@ pub struct StatusReport {
 
 /// The answer to a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatAck {
     /// The member the heartbeat was for.
@@ -162,6 +172,7 @@ pub struct HeartbeatAck {
 
 /// The answer to a status report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatusAck {
     /// How many workloads' statuses changed (replays change nothing).
     pub updated: u32,
@@ -170,6 +181,7 @@ pub struct StatusAck {
 /// `GET /v1/local` of an agent started with `--listen`: what its cluster holds, as the agent
 /// sees it. For tests and operators; the federation never reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LocalView {
     /// The member cluster's name.
     pub cluster: ClusterName,
@@ -183,6 +195,7 @@ pub struct LocalView {
 /// A node fault, as a sim agent injects it (`POST /v1/faults` on the agent) and as node health
 /// reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum NodeFaultKind {
     /// Correctable ECC errors rising: the node is likely to fail soon. Its work gets a
@@ -210,6 +223,7 @@ impl std::str::FromStr for NodeFaultKind {
 
 /// `POST /v1/faults` on a sim agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRequest {
     /// The node, as the sim layout names it.
@@ -220,6 +234,7 @@ pub struct FaultRequest {
 
 /// What an injected fault did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FaultAck {
     /// The node the fault was injected into.

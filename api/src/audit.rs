@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum AuditKind {
     /// A workload was accepted.
     Submitted,
@@ -96,6 +97,7 @@ impl std::str::FromStr for AuditKind {
 
 /// One audit record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
     /// Position in the trail; strictly increasing, the same on every node.
@@ -126,6 +128,7 @@ pub struct AuditEvent {
 
 /// `GET /v1/events`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEventList {
     /// Oldest first.

@@ -13,6 +13,7 @@ use crate::workload::TopologyLevel;
 
 /// GPU counts of some part of the fleet; every field is a number of GPUs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CapacitySummary {
     /// All GPUs, healthy or not.
@@ -52,6 +53,7 @@ impl CapacitySummary {
 
 /// The largest gang, in pods of `pod_gpus` GPUs, that fits in one domain of each level.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LargestGang {
     /// GPUs per pod the sizes below are counted in (the pool's typical pod size).
@@ -66,6 +68,7 @@ pub struct LargestGang {
 
 /// Capacity of one topology domain (a rack or a zone) of a pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DomainCapacity {
     /// Whether the domain is a rack or a zone.
@@ -78,6 +81,7 @@ pub struct DomainCapacity {
 
 /// Capacity of one (pool, flavor) of a member cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PoolCapacity {
     /// Pool name, unique within its cluster.
@@ -98,6 +102,7 @@ pub struct PoolCapacity {
 
 /// Capacity of one member cluster as of its last digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterCapacity {
     /// Member cluster name.
@@ -118,6 +123,7 @@ pub struct ClusterCapacity {
 
 /// Capacity summed over a region's member clusters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RegionCapacity {
     /// Region name, as registered by its members.
@@ -128,6 +134,7 @@ pub struct RegionCapacity {
 
 /// Capacity of one GPU model (quota flavor) across the fleet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FlavorCapacity {
     /// GPU model name, e.g. `H100`.
@@ -138,6 +145,7 @@ pub struct FlavorCapacity {
 
 /// Body of `GET /v1/capacity`: the fleet, then broken down by region, flavor and cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityView {
     /// Sum over every member cluster.

@@ -78,6 +78,44 @@ fn render_problem(p: &Problem) -> String {
 /// `configured` or `unchanged`.
 pub const APPLY_OUTCOME_HEADER: &str = "tideway-apply-outcome";
 
+/// The header of every answer that carries the node's calendar time (RFC 3339), which a dev
+/// fleet runs faster than the wall clock: ages are measured against it.
+pub const NOW_HEADER: &str = "tideway-now";
+
+/// The node's calendar time as its last answer stamped it ([`NOW_HEADER`]); shared by the
+/// clones of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ServerTime(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl Default for ServerTime {
+    fn default() -> Self {
+        Self(std::sync::Arc::new(std::sync::atomic::AtomicI64::new(
+            i64::MIN,
+        )))
+    }
+}
+
+impl ServerTime {
+    /// The last stamp seen, if any answer carried one.
+    pub fn last(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            i64::MIN => None,
+            ms => chrono::DateTime::from_timestamp_millis(ms),
+        }
+    }
+
+    fn observe(&self, headers: &reqwest::header::HeaderMap) {
+        let t = headers
+            .get(NOW_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok());
+        if let Some(t) = t {
+            self.0
+                .store(t.timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Query of `GET /v1/workloads`.
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
@@ -98,6 +136,7 @@ pub struct ListQuery {
 pub struct Client {
     addr: String,
     http: reqwest::Client,
+    server_time: ServerTime,
 }
 
 impl Client {
@@ -147,7 +186,16 @@ impl Client {
         } else {
             format!("http://{addr}")
         };
-        Self { addr, http }
+        Self {
+            addr,
+            http,
+            server_time: ServerTime::default(),
+        }
+    }
+
+    /// The node's calendar time as its answers stamp it.
+    pub fn server_time(&self) -> ServerTime {
+        self.server_time.clone()
     }
 
     /// The node's base URL (`http://HOST:PORT`).
@@ -163,6 +211,7 @@ impl Client {
     }
 
     async fn decode<T: DeserializeOwned>(&self, resp: reqwest::Response) -> Result<T, ClientError> {
+        self.server_time.observe(resp.headers());
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
         if status.is_success() {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// One node's own view of the Raft group and of its state machine.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
     /// This node's Raft id.
@@ -46,6 +47,7 @@ pub struct NodeStatus {
 
 /// `POST /v1/cluster/join`: add a node, first as a learner, then as a voter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
     /// The joining node's Raft id.
@@ -56,6 +58,7 @@ pub struct JoinRequest {
 
 /// The answer to a join: the node is a voter at `addr`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JoinAck {
     /// Its address, as given in the request.
     pub addr: String,
@@ -65,6 +68,7 @@ pub struct JoinAck {
 
 /// `POST /v1/cluster/remove`: remove a voter or a learner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RemoveRequest {
     /// The Raft id of the node to remove.
@@ -73,6 +77,7 @@ pub struct RemoveRequest {
 
 /// The answer to a remove.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RemoveAck {
     /// The id of the node that is no longer a member.
     pub removed: u64,
@@ -81,6 +86,7 @@ pub struct RemoveAck {
 /// The answer to `POST /v1/cluster/snapshot`. Fields in alphabetical order: that is the
 /// order `tideway cluster snapshot` has always printed them in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotAck {
     /// Highest log index purged after the snapshot.
     pub purged: Option<u64>,
@@ -90,6 +96,7 @@ pub struct SnapshotAck {
 
 /// `POST /v1/debug/partition` (fault injection, tests only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PartitionRequest {
     /// Peers this node stops talking to; empty heals.
@@ -98,6 +105,7 @@ pub struct PartitionRequest {
 
 /// The answer to a partition request: the peers now blocked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartitionAck {
     /// Peers this node no longer talks to.
     pub blocked: BTreeSet<u64>,
@@ -106,6 +114,7 @@ pub struct PartitionAck {
 /// `tideway cluster status -o json`: the group as one node sees it, and each member's own
 /// status. Fields in alphabetical order, as the command has always printed them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterReport {
     /// The leader, as the asked node knows it.
     pub leader: Option<u64>,
@@ -121,6 +130,7 @@ pub struct ClusterReport {
 
 /// One member in a [`ClusterReport`]: its own status, or why it could not be asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeReport {
     /// Its address from the membership config.
     pub addr: String,

@@ -15,6 +15,7 @@ use crate::workload::TopologyLevel;
 
 /// One member's capacity report, sent with its heartbeat and replacing the previous one whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CapacityDigest {
     /// Member cluster that sent it.
@@ -27,6 +28,7 @@ pub struct CapacityDigest {
 
 /// GPU counts of one set of nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GpuCounts {
     /// GPUs on these nodes, schedulable or not.
@@ -129,6 +131,7 @@ impl GpuCounts {
 
 /// Capacity of one (pool, flavor) of a member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolDigest {
     /// Pool name, unique within its cluster.
@@ -145,6 +148,7 @@ pub struct PoolDigest {
 
 /// Capacity of one topology domain (zone or rack) of a pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DomainDigest {
     /// Zone or rack (never node: node fit comes from the histogram itself).

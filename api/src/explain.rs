@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// Why a workload was not placed this cycle, and what would change that.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
     /// What would unblock it, as data.
@@ -46,6 +47,7 @@ impl Explanation {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 /// One member cluster's part of an [`Explanation`].
 pub struct ClusterVerdict {
@@ -57,6 +59,7 @@ pub struct ClusterVerdict {
 
 /// Why one cluster did not take the workload (or that it would have).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum Verdict {
     /// Not Ready: it would otherwise have been considered.
@@ -98,6 +101,7 @@ pub enum Verdict {
 
 /// What would change the outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum Unblock {
     /// The queue's own work finishing, a cohort peer returning quota, or a higher limit.
@@ -285,6 +289,7 @@ impl fmt::Display for Unblock {
 /// `GET /v1/workloads/{id}/explain`: the replicated state of a workload next to what the
 /// leader's last scheduling cycle decided for it and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExplainResponse {
     /// The workload's name.

@@ -12,6 +12,7 @@ use crate::workload::Workload;
 
 /// A page of workloads in submission order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadList {
     /// Always [`API_VERSION`].
@@ -27,6 +28,7 @@ pub struct WorkloadList {
 
 /// Every object of one kind, unpaged (`kind` is the item kind followed by `List`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceList<T> {
     /// Always [`API_VERSION`].

@@ -13,6 +13,7 @@ use crate::workload::TopologyLevel;
 
 /// A cluster the federation may place work on, as declared by the platform team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberCluster {
     /// Always [`API_VERSION`].
@@ -45,6 +46,7 @@ impl MemberCluster {
 
 /// Where a member is and what it has; its capacity is reported, never declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberClusterSpec {
     /// Region name; placement and the capacity view group members by it.
@@ -88,6 +90,7 @@ impl MemberClusterSpec {
 
 /// A set of nodes that quota and tidal schedules treat as one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Pool {
     /// Unique within the member; digests and quota schedules refer to the pool by it.
@@ -98,6 +101,7 @@ pub struct Pool {
 
 /// What a pool is for; lower case on the wire (`training`, `inference`, `shared`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PoolKind {
     /// Batch and training work.
@@ -110,6 +114,7 @@ pub enum PoolKind {
 
 /// The federation's view of a member's health; `NotReady` until its first heartbeat.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum MemberPhase {
     /// Heartbeating and accepting new work.
     Ready,
@@ -131,6 +136,7 @@ impl MemberPhase {
 
 /// What the federation last heard from the member's agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MemberClusterStatus {
     /// Derived from heartbeats and operator actions (drain, cordon).

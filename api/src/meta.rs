@@ -26,6 +26,7 @@ pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 /// Metadata of a stored object; the server owns every field but `name`, `labels` and
 /// `annotations`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// DNS-1123 label, unique per kind; see [`validate_name`].
@@ -68,6 +69,7 @@ pub fn new_uid() -> String {
 /// The two fields every document starts with; used to route a document to its type before
 /// decoding it strictly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TypeMeta {
     /// E.g. `tideway.dev/v1alpha1`; must equal [`API_VERSION`] to decode.

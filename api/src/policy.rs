@@ -20,6 +20,7 @@ use crate::workload::DEFAULT_PRIORITY_CLASS;
 
 /// The scheduling policy bundle; applying one creates a new policy version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Policy {
     /// Always [`API_VERSION`].
@@ -57,6 +58,7 @@ impl Policy {
 
 /// The contents of a policy bundle; names are unique within each list.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PolicySpec {
     /// Every queue; a workload naming a queue not listed here is rejected.
@@ -102,6 +104,7 @@ impl PolicySpec {
 /// Knobs of the scheduler core; every one is part of the policy version so a replay
 /// reproduces decisions exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SchedulerSettings {
     /// Weighted dominant-resource fairness across queues of a cohort.
@@ -142,6 +145,7 @@ impl Default for SchedulerSettings {
 
 /// Written by the server on apply or rollback.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PolicyStatus {
     /// Monotonic; decisions and audit records cite it.

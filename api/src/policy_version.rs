@@ -11,6 +11,7 @@ use crate::workload::PendingReason;
 
 /// One entry of `GET /v1/policy/versions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyVersionSummary {
     /// The version number.
@@ -35,6 +36,7 @@ pub struct PolicyVersionSummary {
 
 /// `GET /v1/policy/versions`: the retained versions, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyHistory {
     /// The version in force (the candidate while a rollout is scoped).
@@ -48,6 +50,7 @@ pub struct PolicyHistory {
 
 /// `POST /v1/policy/rollback`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RollbackRequest {
     /// The version to restore; the one before the current when absent.
@@ -60,6 +63,7 @@ pub struct RollbackRequest {
 
 /// `POST /v1/policy/diff`: compare two versions, or a version and a candidate document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DiffRequest {
     /// The old side; the current version when absent.
@@ -75,6 +79,7 @@ pub struct DiffRequest {
 
 /// One changed field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DiffEntry {
     /// camelCase path; list items with a name are addressed by it: `spec.queues[serving]`.
@@ -89,6 +94,7 @@ pub struct DiffEntry {
 
 /// The answer of `POST /v1/policy/diff`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyDiff {
     /// The old side's version.
@@ -170,6 +176,7 @@ fn walk(
 
 /// A workload whose fate would change under the candidate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunWorkload {
     /// The workload's name.
@@ -186,6 +193,7 @@ pub struct DryRunWorkload {
 
 /// The quota and admissions of one queue, now and under the candidate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct QuotaMove {
     /// The queue.
@@ -202,6 +210,7 @@ pub struct QuotaMove {
 
 /// The answer of `POST /v1/policy/dry-run`: what the candidate changes now. Nothing is applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunReport {
     /// The version the live decisions were computed under.

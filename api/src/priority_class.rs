@@ -16,6 +16,7 @@ pub const MIN_PRIORITY_VALUE: i32 = -1_000_000_000;
 
 /// A named priority level that workloads refer to by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PriorityClass {
     /// Always [`API_VERSION`].
@@ -44,6 +45,7 @@ impl PriorityClass {
 
 /// What a priority class means for scheduling and who may use it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PriorityClassSpec {
     /// Higher runs first and may preempt lower.
@@ -103,6 +105,7 @@ impl PriorityClassSpec {
 
 /// Whether workloads of this class may be evicted for others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Preemptibility {
     /// May be evicted for higher-priority work or tidal reclaim.
@@ -116,6 +119,7 @@ pub enum Preemptibility {
 
 /// Whether workloads of this class may evict others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum PreemptionPolicy {
     /// May evict lower-priority work to make room.
@@ -127,6 +131,7 @@ pub enum PreemptionPolicy {
 
 /// How waiting raises a class's effective priority; see [`PriorityClassSpec::effective_priority`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Aging {
     /// Priority points gained per full hour of waiting.

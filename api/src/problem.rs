@@ -20,6 +20,7 @@ pub const TYPE_BASE: &str = "https://tideway.dev/problems/";
 /// Unknown members are tolerated here (unlike in resources): RFC 9457 requires consumers to
 /// ignore extensions they do not understand, so an older client can read a newer server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// A URI under [`TYPE_BASE`] that clients match on; `type` on the wire.

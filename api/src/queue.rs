@@ -19,6 +19,7 @@ pub const MAX_FAIR_SHARE_WEIGHT: f64 = 1_000_000.0;
 
 /// Where workloads wait for quota; a workload names its queue in `spec.queue`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Queue {
     /// Always [`API_VERSION`].
@@ -51,6 +52,7 @@ impl Queue {
 
 /// A tenant's quotas and how the queue competes with others in its cohort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueueSpec {
     /// The team that owns the queue; audit records and dashboards group by it.
@@ -135,6 +137,7 @@ impl QueueSpec {
 
 /// A queue's quota of one GPU flavor, in GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FlavorQuota {
     /// GPU model, e.g. `H100`; unique within the queue.
@@ -185,6 +188,7 @@ impl FlavorQuota {
 
 /// Which workloads a queue's work may evict; camelCase on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum PreemptionScope {
     /// Evicts nobody.
@@ -198,6 +202,7 @@ pub enum PreemptionScope {
 /// Defaults honour the quota promise: a queue may evict lower-priority work of its own, and
 /// may take back its guaranteed quota from any borrower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QueuePreemption {
     /// Eviction inside the queue itself; `lowerPriority` by default.
@@ -217,6 +222,7 @@ impl Default for QueuePreemption {
 
 /// Computed by the federation; never submitted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QueueStatus {
     /// Workloads waiting for admission.

@@ -45,6 +45,7 @@ pub enum ScheduleError {
 
 /// Tidal quotas: calendar windows that override queue or pool quotas at set times.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaSchedule {
     /// Always [`API_VERSION`].
@@ -77,6 +78,7 @@ impl QuotaSchedule {
 
 /// When each window applies, what quota it sets, and how boundaries are crossed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaScheduleSpec {
     /// IANA name such as "Europe/Berlin"; windows are in this zone's wall-clock time.
@@ -200,6 +202,7 @@ fn describe_minute(start: NaiveDate, minute: usize) -> String {
 
 /// A recurring local-time window and the quotas that hold during it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaWindow {
     /// Shown in status and explanations, e.g. `business-hours`.
@@ -336,6 +339,7 @@ pub fn parse_time_of_day(value: &str, allow_end_of_day: bool) -> Result<u16, Sch
 
 /// A day of the week; three-letter lower case on the wire (`mon`), full names accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum DayOfWeek {
     /// Monday.
     #[serde(rename = "mon", alias = "monday")]
@@ -445,6 +449,7 @@ impl QuotaAmount {
 }
 
 #[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct WindowQuotaRepr {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -457,6 +462,26 @@ struct WindowQuotaRepr {
     gpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     share: Option<f64>,
+}
+
+// The wire form is the repr's, so the OpenAPI schema is too.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for WindowQuota {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <WindowQuotaRepr as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for WindowQuota {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <WindowQuotaRepr as utoipa::ToSchema>::schemas(schemas)
+    }
 }
 
 impl TryFrom<WindowQuotaRepr> for WindowQuota {
@@ -502,6 +527,7 @@ impl From<WindowQuota> for WindowQuotaRepr {
 
 /// How a boundary is crossed without killing work that could have finished or checkpointed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Transition {
     /// Before a boundary, stop admitting work into the losing side that cannot finish or
@@ -525,6 +551,7 @@ impl Default for Transition {
 
 /// Order in which over-quota work is preempted at a boundary; camelCase on the wire.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum ReclaimOrder {
     /// Not-yet-started first, then by most recent checkpoint, then the rest.
@@ -538,6 +565,7 @@ pub enum ReclaimOrder {
 
 /// What the schedule governs; empty lists mean all.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ScheduleScope {
     /// Regions in scope, by name.
@@ -560,6 +588,7 @@ impl ScheduleScope {
 
 /// Written by the tidal engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QuotaScheduleStatus {
     /// Name of the window in force now; None between windows.
@@ -576,6 +605,7 @@ pub struct QuotaScheduleStatus {
 /// `GET /v1/schedules/{name}/timeline`: where a schedule stands and the quota it gives, hour
 /// by hour, for the dashboard and `tideway schedule show`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleTimeline {
     /// The schedule's name.
@@ -596,6 +626,7 @@ pub struct ScheduleTimeline {
 
 /// One change of window as the replicated state recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleTransition {
     /// The window left (`None`: the default quotas).
@@ -614,6 +645,7 @@ pub struct ScheduleTransition {
 
 /// One hour of a schedule's timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineHour {
     /// The hour's first instant.
@@ -629,6 +661,7 @@ pub struct TimelineHour {
 
 /// One quota in force, resolved to GPUs against the live capacity in scope.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineQuota {
     /// "pool/inference" or "queue/research".

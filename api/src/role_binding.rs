@@ -12,6 +12,7 @@ use crate::validation::{CheckAt, Checker, MAX_TEXT_LEN, at, impl_validate};
 
 /// Grants `spec.role` to `spec.subjects` and the members of `spec.groups`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RoleBinding {
     /// Always [`API_VERSION`].
@@ -46,6 +47,7 @@ impl RoleBinding {
 
 /// The role and whom it is granted to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RoleBindingSpec {
     /// What the role allows.
@@ -64,6 +66,7 @@ pub struct RoleBindingSpec {
 
 /// The roles, from most to least powerful.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Role {
     /// Everything: policy, bindings, cluster membership, snapshots.

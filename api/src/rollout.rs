@@ -11,6 +11,7 @@ use crate::validation::{Checker, at};
 
 /// How a policy version reaches the fleet.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Rollout {
     /// Where the version applies first; empty applies it everywhere at once.
@@ -23,6 +24,7 @@ pub struct Rollout {
 
 /// The part of the fleet a scoped version applies to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RolloutScope {
     /// Queues whose definition comes from the candidate.
@@ -46,6 +48,7 @@ impl RolloutScope {
 
 /// A condition measured by the leader over a sliding window while a rollout is scoped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub enum RollbackTrigger {
     /// The p95 wait of a protected queue is worse than under the previous version.

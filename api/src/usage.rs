@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// A dimension a report can be grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum UsageDimension {
     /// The calendar day, in the report's time zone.
@@ -68,6 +69,7 @@ pub fn parse_group_by(s: &str) -> Result<Vec<UsageDimension>, String> {
 
 /// GPU time of one group of queue usage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueUsageRow {
     /// Set when grouped by day.
@@ -93,6 +95,7 @@ pub struct QueueUsageRow {
 /// GPU time of one flavor (and day, when grouped by day): what the fleet had and what of
 /// it ran work.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FlavorUsageRow {
     /// Set when grouped by day.
@@ -112,6 +115,7 @@ pub struct FlavorUsageRow {
 
 /// `GET /v1/usage`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageReport {
     /// Start of the period.

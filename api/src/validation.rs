@@ -17,6 +17,7 @@ use crate::meta::{self, API_VERSION, ObjectMeta};
 /// `field` is empty when the problem concerns the document as a whole (for example JSON that
 /// does not parse at all), so clients can still show it next to the right thing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FieldError {
     /// camelCase JSON path, e.g. `spec.podSets[0].gpusPerPod`; empty for the whole document.

@@ -10,6 +10,7 @@ use crate::workload::Workload;
 
 /// What happened to a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum WatchEventType {
     /// Submitted after the watched version (or present, when watching from version 0).
@@ -22,6 +23,7 @@ pub enum WatchEventType {
 
 /// One change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WatchEvent {
     /// What happened.
@@ -38,6 +40,7 @@ pub struct WatchEvent {
 
 /// A watch answer: the changes, oldest first, and the version to resume from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WatchPage {
     /// The changes after the requested version, in log order.

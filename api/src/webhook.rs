@@ -22,6 +22,7 @@ pub const MAX_URL_LEN: usize = 2048;
 
 /// A notification endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Webhook {
     /// Always [`API_VERSION`].
@@ -54,6 +55,7 @@ impl Webhook {
 
 /// Where and what to deliver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookSpec {
     /// `http://` or `https://` endpoint that receives a POST per event.
@@ -68,6 +70,7 @@ pub struct WebhookSpec {
 
 /// Where a server finds a secret: exactly one of `env` and `file`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SecretRef {
     /// An environment variable of the server process.
@@ -80,6 +83,7 @@ pub struct SecretRef {
 
 /// How delivery goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookStatus {
     /// The next audit sequence number to deliver: everything before it that matches was
@@ -105,6 +109,7 @@ pub struct WebhookStatus {
 
 /// `GET /v1/webhooks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookList {
     /// By name.
@@ -113,6 +118,7 @@ pub struct WebhookList {
 
 /// What a webhook receives: one audit event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookEvent {
     /// The audit sequence number: unique and stable across leaders, so receivers dedupe
@@ -136,6 +142,7 @@ pub struct WebhookEvent {
 
 /// What an event concerns.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookSubject {
     /// Who did it.

@@ -30,6 +30,7 @@ pub const DEFAULT_PRIORITY_CLASS: &str = "normal";
 
 /// One unit of work: submitted once, placed on one member cluster as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Workload {
     /// Always [`API_VERSION`].
@@ -62,6 +63,7 @@ impl Workload {
 
 /// Queues are per class; the class also drives defaults such as how a tidal window treats it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadClass {
     /// Long-running jobs, usually gangs; checkpoint-aware preemption matters most here.
@@ -130,6 +132,7 @@ impl std::str::FromStr for WorkloadClass {
 
 /// What a workload needs and what the scheduler may assume about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadSpec {
     /// The queue it waits in; must name a queue of the current policy.
@@ -231,6 +234,7 @@ impl WorkloadSpec {
 
 /// A group of identical pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PodSet {
     /// Unique within the workload.
@@ -270,6 +274,7 @@ impl PodSet {
 
 /// All-or-nothing admission: no pod starts until `min_count` can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Gang {
     /// Pods that must start together; at most the workload's total.
@@ -279,6 +284,7 @@ pub struct Gang {
 /// Topology domains from narrowest to widest; `Ord` follows that, so "fits in a rack"
 /// implies "fits in a zone".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TopologyLevel {
     /// One node.
@@ -332,12 +338,33 @@ impl TopologyRequirement {
 }
 
 #[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct TopologyRepr {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     required: Option<TopologyLevel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     preferred: Option<TopologyLevel>,
+}
+
+// The wire form is the repr's, so the OpenAPI schema is too.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for TopologyRequirement {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <TopologyRepr as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for TopologyRequirement {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <TopologyRepr as utoipa::ToSchema>::schemas(schemas)
+    }
 }
 
 impl TryFrom<TopologyRepr> for TopologyRequirement {
@@ -368,6 +395,7 @@ impl From<TopologyRequirement> for TopologyRepr {
 
 /// Where the workload may run; empty lists mean anywhere.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Placement {
     /// Regions allowed, by name.
@@ -383,6 +411,7 @@ pub struct Placement {
 
 /// How often the work checkpoints, so preemption can estimate the work it would lose.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Checkpoint {
     /// Seconds between checkpoints, at most [`MAX_CHECKPOINT_INTERVAL_SECONDS`].
@@ -394,6 +423,7 @@ pub struct Checkpoint {
 
 /// Where a workload is in its life; PascalCase on the wire (`Running`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum WorkloadPhase {
     /// Waiting for quota or capacity; see `status.pendingReason`.
     #[default]
@@ -477,6 +507,7 @@ impl std::str::FromStr for WorkloadPhase {
 
 /// Written by the federation; users never set it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadStatus {
     /// Where the workload is in its life.
@@ -518,6 +549,7 @@ pub struct WorkloadStatus {
 
 /// GPUs a workload holds on one node of its member cluster.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeGpus {
     /// Opaque and stable while the node exists (the member's node name, or a hash of it).
@@ -537,6 +569,7 @@ pub struct NodeGpus {
 /// Why a workload is waiting, with the numbers that explain it. Tagged by `type` so clients
 /// can switch on it; the variant names are stable API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum PendingReason {
     /// Not looked at by the scheduler yet.

@@ -50,10 +50,22 @@ class HttpError extends Error {
   }
 }
 
+// The fleet's clock minus the browser's, from the `tideway-now` header of every answer: a dev or
+// demo fleet runs its calendar faster than the wall clock, so ages and "now" on the timeline are
+// measured on the server's clock, the one that stamped the objects.
+let serverOffsetMs = 0;
+
+/** The fleet's present, in milliseconds since the epoch. */
+function serverNow() {
+  return Date.now() + serverOffsetMs;
+}
+
 async function api(path) {
   const headers = { Accept: "application/json" };
   if (TOKEN) headers.Authorization = `Bearer ${TOKEN}`;
   const r = await fetch(path, { headers, cache: "no-store" });
+  const stamped = Date.parse(r.headers.get("tideway-now") || "");
+  if (!Number.isNaN(stamped)) serverOffsetMs = stamped - Date.now();
   if (!r.ok) {
     let detail = r.statusText;
     try {
@@ -67,7 +79,7 @@ async function api(path) {
 
 function ago(ts) {
   if (!ts) return "—";
-  const s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
+  const s = Math.max(0, (serverNow() - Date.parse(ts)) / 1000);
   return duration(s);
 }
 
@@ -176,7 +188,7 @@ function renderMembers(list) {
 
 function renderQueues(list) {
   const waits = new Map();
-  const now = Date.now();
+  const now = serverNow();
   // Time to admission: of the workloads admitted so far, and the wait so far of those pending.
   for (const w of workloads) {
     const st = w.status || {};
@@ -381,20 +393,21 @@ async function renderTidal() {
     section.hidden = true;
     return;
   }
-  const items = list.items || [];
+  // `GET /v1/schedules` answers an array of timelines (older servers: `{items: [...]}`).
+  const items = Array.isArray(list) ? list : list.items || [];
   if (items.length === 0) {
     section.hidden = true;
     return;
   }
   section.hidden = false;
   const blocks = await Promise.all(items.map(async (s) => {
-    const name = s.metadata ? s.metadata.name : s.name;
+    const name = s.metadata ? s.metadata.name : s.schedule || s.name;
     let tl = null;
     try {
       tl = await api(`/v1/schedules/${encodeURIComponent(name)}/timeline`);
     } catch (_) { /* show the schedule without its timeline */ }
     return h("div", { dataset: { schedule: name } },
-      h("b", {}, name), s.spec && s.spec.timeZone ? h("span", { class: "muted" }, ` (${s.spec.timeZone})`) : null,
+      h("b", {}, name), (s.spec && s.spec.timeZone) || s.timeZone ? h("span", { class: "muted" }, ` (${(s.spec && s.spec.timeZone) || s.timeZone})`) : null,
       tl ? timeline(tl) : h("p", { class: "muted" }, "timeline unavailable"));
   }));
   replace(document.getElementById("tidal"), blocks);
@@ -422,12 +435,15 @@ function timeline(tl) {
     else segs.push({ ...x });
   }
   const out = [];
-  const now = Date.now();
+  const now = serverNow();
   const label = (w) => w ?? "(no window: default quotas)";
   const cur = segs.find((x) => x.start <= now && now < x.end);
   const next = cur ? segs.find((x) => x.start >= cur.end) : segs.find((x) => x.start > now);
-  if (cur) out.push(h("div", { class: "tl-current" }, "current window: ", h("b", {}, label(cur.window)), ` until ${new Date(cur.end).toLocaleString()}`));
-  if (next) out.push(h("div", { class: "tl-next" }, "next transition: ", h("b", {}, label(next.window)), ` at ${new Date(next.start).toLocaleString()}`));
+  // The hourly entries place a boundary only to the hour; the schedule's status has it exactly.
+  const exact = Date.parse((tl && tl.status && tl.status.nextTransitionAt) || "");
+  const boundary = (fallback) => new Date(Number.isNaN(exact) ? fallback : exact).toLocaleString();
+  if (cur) out.push(h("div", { class: "tl-current" }, "current window: ", h("b", {}, label(cur.window)), ` until ${boundary(cur.end)}`));
+  if (next) out.push(h("div", { class: "tl-next" }, "next transition: ", h("b", {}, label(next.window)), ` at ${boundary(next.start)}`));
   if (segs.length) {
     const t0 = segs[0].start;
     const width = Math.max(1, segs[segs.length - 1].end - t0);

@@ -98,7 +98,7 @@ try {
   // hour ago for three hours, then night. (The dev server may have no schedules to show.)
   const tidal = await page.evaluate(() => {
     const H = 3600e3;
-    const t0 = Math.floor(Date.now() / H) * H - H;
+    const t0 = Math.floor(serverNow() / H) * H - H; // the fleet's clock, which the page draws "now" on
     const hours = ["day", "day", "day", "night", "night"].map((window, i) => ({ start: new Date(t0 + i * H).toISOString(), window }));
     const el = timeline({ schedule: "day-night", hours });
     return { text: el.textContent, windows: el.querySelectorAll(".timeline .win").length, now: el.querySelectorAll(".timeline .now").length };

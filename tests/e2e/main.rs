@@ -37,6 +37,7 @@ mod t92_cli_habits;
 mod t92_metrics;
 mod t93_docs;
 mod t93_logs;
+mod t94_cli_output;
 mod t95_dashboard;
 mod t95_node_fault;
 mod t96_deploy;

@@ -15,7 +15,8 @@ use super::workloads::query_error;
 /// At most this many records per answer; page on with `after`.
 pub const MAX_EVENTS_PAGE: usize = 10_000;
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventParams {
     pub workload: Option<String>,

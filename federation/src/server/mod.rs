@@ -14,9 +14,11 @@ pub mod jwt;
 pub mod lifecycle;
 pub mod members;
 pub mod metrics;
+pub mod openapi;
 pub mod policy;
 pub mod rate_limit;
 pub mod schedules;
+pub mod server_time;
 pub mod ui;
 pub mod usage;
 pub mod watch;
@@ -235,6 +237,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/openapi.json", get(openapi::serve))
         .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -269,16 +272,63 @@ pub fn router(state: AppState) -> Router {
             },
             http_metrics::record,
         ))
+        .layer(axum::middleware::map_response_with_state(
+            state.clock.clone(),
+            server_time::stamp,
+        ))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    /// The routes of [`super::router`] as written in this file: each literal path with its
+    /// methods (`get`, `post`, `delete`...). Routes named by a constant (the node-to-node
+    /// `/internal` ones) are not public and not listed.
+    pub(crate) fn source_routes() -> Vec<(String, Vec<String>)> {
+        let src = include_str!("mod.rs");
+        let src = src.split("#[cfg(test)]").next().unwrap_or(src);
+        let body = src.split("pub fn router(").nth(1).unwrap_or(src);
+        body.split(".route(")
+            .skip(1)
+            .filter_map(|r| {
+                let path = r.trim_start().strip_prefix('"')?.split('"').next()?;
+                // The handler part of this `.route(...)`: up to the next builder call.
+                let handlers = r.split("\n        .").next().unwrap_or(r);
+                let methods = ["get", "post", "delete", "put", "patch"]
+                    .into_iter()
+                    .filter(|m| {
+                        handlers.match_indices(&format!("{m}(")).any(|(i, _)| {
+                            !handlers[..i]
+                                .chars()
+                                .next_back()
+                                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                        })
+                    })
+                    .map(String::from)
+                    .collect();
+                Some((path.to_string(), methods))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn source_routes_reads_methods() {
+        let routes = source_routes();
+        let find = |p: &str| routes.iter().find(|(q, _)| q == p).map(|(_, m)| m.clone());
+        assert_eq!(
+            find("/v1/workloads"),
+            Some(vec!["get".into(), "post".into()])
+        );
+        assert_eq!(
+            find("/v1/workloads/{id}"),
+            Some(vec!["get".into(), "delete".into()])
+        );
+        assert_eq!(find("/v1/members/{name}"), Some(vec!["delete".into()]));
+    }
+
     /// Every route of the router is in docs/api.md (path parameters may be named
     /// differently there, e.g. `{name-or-uid}` for `{id}`). Fix by documenting the route.
     #[test]
     fn docs_api_md_covers_every_route() {
-        let src = include_str!("mod.rs");
-        let src = src.split("#[cfg(test)]").next().unwrap_or(src);
         let doc = include_str!("../../../docs/api.md");
         let norm = |p: &str| {
             let mut out = String::new();
@@ -297,13 +347,13 @@ mod tests {
             out
         };
         let doc = norm(doc);
-        let routes: Vec<&str> = src
-            .split(".route(")
-            .skip(1)
-            .filter_map(|r| r.trim_start().strip_prefix('"')?.split('"').next())
-            .collect();
+        let routes = source_routes();
         assert!(routes.len() > 20, "{routes:?}");
-        let missing: Vec<&&str> = routes.iter().filter(|r| !doc.contains(&norm(r))).collect();
+        let missing: Vec<&String> = routes
+            .iter()
+            .map(|(p, _)| p)
+            .filter(|r| !doc.contains(&norm(r)))
+            .collect();
         assert!(missing.is_empty(), "routes not in docs/api.md: {missing:?}");
     }
 }

@@ -21,7 +21,8 @@ use super::workloads::{content_type, query_error};
 use crate::state::command::{Command, CommandResult, StoredObject};
 
 /// `?stale=true` reads this node's copy without a read barrier.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
     #[serde(default)]

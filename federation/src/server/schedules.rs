@@ -16,7 +16,8 @@ pub const DEFAULT_TIMELINE_HOURS: u32 = 7 * 24;
 /// Five weeks: enough for any comparison, small enough to answer at once.
 pub const MAX_TIMELINE_HOURS: u32 = 5 * 7 * 24;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct TimelineQuery {
     #[serde(default)]

@@ -13,7 +13,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::workloads::query_error;
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UsageParams {
     /// RFC 3339, or a date (`2026-11-30`: midnight in `tz`).

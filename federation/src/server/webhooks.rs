@@ -14,7 +14,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::workloads::query_error;
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookParams {
     #[serde(default)]

@@ -214,7 +214,8 @@ fn workload_response(status: StatusCode, w: &Workload) -> Response {
     resp
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
     #[serde(default)]
@@ -243,7 +244,8 @@ pub fn not_found(id: &str) -> ApiError {
 }
 
 /// The query of `GET /v1/workloads/{id}`: a read, or a watch of the one workload.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct GetParams {
     #[serde(default)]
@@ -388,7 +390,8 @@ pub async fn cancel(
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub queue: Option<String>,
