@@ -10,7 +10,11 @@ use tideway_simulate::{self as simulate, Options, output};
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    assert_eq!(a.len(), 6, "usage: replay CLUSTERS POLICY TRACE FROM TO OUT");
+    assert_eq!(
+        a.len(),
+        6,
+        "usage: replay CLUSTERS POLICY TRACE FROM TO OUT"
+    );
     let opts = Options {
         clusters: PathBuf::from(&a[0]),
         policy: PathBuf::from(&a[1]),

@@ -28,7 +28,10 @@ fn contended_day_decides_as_pinned() {
         "simulator:\n  mode: scheduler",
         "simulator:\n  mode: scheduler\n  tuning: { reservationAfterSeconds: 600 }",
     );
-    assert_ne!(text, base, "the policy has the simulator section this test edits");
+    assert_ne!(
+        text, base,
+        "the policy has the simulator section this test edits"
+    );
     let policy = write(&dir, "policy.yaml", &text);
     let trace = format!("philly:{PHILLY}?from=2017-10-09&to=2017-10-10");
     let out = simulate(clusters, policy, std::slice::from_ref(&trace), 0);
@@ -41,7 +44,10 @@ fn contended_day_decides_as_pinned() {
     );
     assert!(out.summary.run.reservations > 0, "no reservation was made");
     let est = out.summary.estimates.as_ref().expect("estimate summary");
-    assert!(est.estimated > 0, "no job was dispatched with a learned estimate");
+    assert!(
+        est.estimated > 0,
+        "no job was dispatched with a learned estimate"
+    );
 
     let mut got = String::new();
     for r in &out.records {
