@@ -60,7 +60,7 @@ pub struct QueueInfo {
 }
 
 /// Why quota holds a workload back.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum QuotaBlock {
     Exhausted {
         flavor: usize,

@@ -60,6 +60,12 @@ pub(crate) struct SchedState {
     stats: SchedStats,
     /// The live leader's estimator, fed with each job that completes (`online` estimates).
     estimator: Option<RuntimeEstimator>,
+    /// Completions the estimator has learned from: its answers change only then.
+    learned: u64,
+    /// Per job: the estimator's answer (seconds, at least 1) and `learned` when it was
+    /// asked; a job shown again before the next completion is not asked again (the answer
+    /// is a percentile over string-keyed samples, asked for every job shown every cycle).
+    estimates: Vec<(u64, Option<u64>)>,
     /// Per job: the run-time estimate the core was last shown for it (`None`: it had none
     /// and the core assumed its default).
     planned: Vec<Option<u64>>,
@@ -133,6 +139,8 @@ impl SchedState {
             stats: SchedStats::default(),
             estimator: (settings.runtime_estimates == Estimates::Online)
                 .then(RuntimeEstimator::default),
+            learned: 0,
+            estimates: vec![(u64::MAX, None); jobs],
             planned: vec![None; jobs],
             accuracy: Accuracy::default(),
             last_cycle_at: None,
@@ -184,6 +192,7 @@ impl SchedState {
     pub(crate) fn completed(&mut self, j: u32, w: &Workload, ran: u64) {
         if let Some(e) = &mut self.estimator {
             e.observe(w, ran);
+            self.learned += 1;
         }
         match self.planned(j) {
             None => self.accuracy.defaulted += 1,
@@ -196,6 +205,17 @@ impl SchedState {
                 self.accuracy.ratios.push(est as f64 / (ran.max(1)) as f64);
             }
         }
+    }
+
+    /// The online estimator's answer for job `j` (workload `w`), asked again only after a
+    /// completion taught it something.
+    fn learned_estimate(&mut self, j: u32, w: &Workload) -> Option<u64> {
+        let e = self.estimator.as_ref()?;
+        let slot = self.estimates.get_mut(j as usize)?;
+        if slot.0 != self.learned {
+            *slot = (self.learned, e.estimate(w).map(|e| e.seconds.max(1)));
+        }
+        slot.1
     }
 
     /// Estimate accuracy and reserved-but-idle time, for the summary.
@@ -536,19 +556,23 @@ impl Engine {
         st.input.pending.clear();
         // Which workloads got the learned estimate (their own copy is given back without).
         let mut filled: Vec<bool> = Vec::with_capacity(chosen.len());
+        // The job of each entry of `input.pending`, to give the workloads back without a
+        // uid lookup.
+        let mut lent: Vec<u32> = Vec::with_capacity(chosen.len());
         for &j in &chosen {
             if let Some(mut w) = self.take_workload(j) {
                 let mut learned = false;
                 if w.spec.runtime_estimate_seconds.is_none()
-                    && let Some(e) = st.estimator.as_ref().and_then(|e| e.estimate(&w))
+                    && let Some(e) = st.learned_estimate(j, &w)
                 {
-                    w.spec.runtime_estimate_seconds = Some(e.seconds.max(1));
+                    w.spec.runtime_estimate_seconds = Some(e);
                     learned = true;
                 }
                 if let Some(slot) = st.planned.get_mut(j as usize) {
                     *slot = w.spec.runtime_estimate_seconds;
                 }
                 filled.push(learned);
+                lent.push(j);
                 st.input.pending.push(PendingWorkload {
                     workload: *w,
                     submitted_at: to_utc(self.jobs().job(j).submit),
@@ -576,17 +600,15 @@ impl Engine {
         st.stats.cycles += 1;
 
         self.put_views(std::mem::take(&mut st.input.clusters));
-        for (i, mut p) in std::mem::take(&mut st.input.pending)
+        for ((mut p, learned), j) in std::mem::take(&mut st.input.pending)
             .into_iter()
-            .enumerate()
+            .zip(filled)
+            .zip(lent)
         {
-            if filled.get(i).copied().unwrap_or(false) {
+            if learned {
                 p.workload.spec.runtime_estimate_seconds = None;
             }
-            let uid = p.workload.metadata.uid.as_deref().unwrap_or_default();
-            if let Some(j) = self.jobs().id(uid) {
-                self.put_workload(j, Box::new(p.workload));
-            }
+            self.put_workload(j, Box::new(p.workload));
         }
         let old_reservations = std::mem::take(&mut st.reservations);
         self.put_sched(st);

@@ -12,4 +12,5 @@ mod t30_traces;
 mod t40_scheduler_mode;
 mod t50_pending_view;
 mod t60_estimates;
+mod t70_decision_trace;
 mod t98_tidal;
