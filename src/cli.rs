@@ -91,7 +91,7 @@ pub enum OutputFormat {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Run a federation node.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run everything on one machine on the embedded default: a one-node federation and three
     /// simulated member clusters in three regions.
     Dev(DevArgs),
@@ -672,7 +672,7 @@ impl Cli {
             tideway_api::http::trust_ca_file(ca)?;
         }
         match self.cmd {
-            Cmd::Server(a) => server(a).await,
+            Cmd::Server(a) => server(*a).await,
             Cmd::Dev(a) => dev(a).await,
             Cmd::Agent(crate::agent_cmd::AgentArgs {
                 action: Some(crate::agent_cmd::AgentAction::Fault { agent, node, kind }),
