@@ -147,13 +147,24 @@ pub async fn run(run: RssRun) -> anyhow::Result<()> {
     }
     let submitted_after = start.elapsed();
     let rss_submitted = rss_kib(pid)?;
-    let live_at_submitted = client.cluster_status().await?.workloads;
+    // The status encodes the whole state for its digest: on a loaded machine it may time out,
+    // which is no reason to lose the run.
+    let live_now = || async {
+        loop {
+            match client.cluster_status().await {
+                Ok(s) => return s.workloads,
+                Err(e) => eprintln!("cluster status: {e}; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    };
+    let live_at_submitted = live_now().await;
     // Wait until every workload has finished and been compacted out of the live state.
     let settle = clock.instant();
     let mut live = live_at_submitted;
     while live > 0 && settle.elapsed() < run.settle_timeout {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        live = client.cluster_status().await?.workloads;
+        live = live_now().await;
     }
     let rss_after = rss_kib(pid)?;
     sampler.abort();
