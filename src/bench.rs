@@ -35,6 +35,25 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 1)]
         kills: usize,
     },
+    /// The leader's resident memory over a long run: N small workloads submitted to
+    /// `tideway dev` and run to the end, then compacted out (Linux: reads /proc).
+    Rss {
+        /// Workloads to submit (each one runs to Finished).
+        #[arg(long, default_value_t = 200_000)]
+        workloads: u64,
+        /// Concurrent submitting clients.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// dev's clock speed: each workload runs 60 simulated seconds.
+        #[arg(long, default_value_t = 3600.0)]
+        time_scale: f64,
+        /// Simulated seconds finished workloads stay readable before compaction.
+        #[arg(long, default_value_t = 600)]
+        retain_terminal: u64,
+        /// Seconds to wait, after the last submission, for the live state to empty.
+        #[arg(long, default_value_t = 900)]
+        settle_timeout: u64,
+    },
 }
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -47,6 +66,22 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             no_failover,
             kills,
         } => submit(clients, duration, nodes, targets, no_failover, kills).await,
+        BenchCmd::Rss {
+            workloads,
+            clients,
+            time_scale,
+            retain_terminal,
+            settle_timeout,
+        } => {
+            crate::bench_rss::run(crate::bench_rss::RssRun {
+                workloads,
+                clients,
+                time_scale,
+                retain_terminal,
+                settle_timeout: Duration::from_secs(settle_timeout),
+            })
+            .await
+        }
     }
 }
 

@@ -32,6 +32,10 @@ pub struct Cli {
     /// log collectors.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TIDEWAY_LOG_FORMAT", global = true)]
     pub log_format: LogFormat,
+    /// Trust the certificate authorities in this PEM file when dialling federation nodes
+    /// over https (CLI, agents, and a node's peer and join connections).
+    #[arg(long, env = "TIDEWAY_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// How `--log-format` writes log lines.
@@ -93,7 +97,7 @@ pub enum OutputFormat {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Run a federation node.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run everything on one machine on the embedded default: a one-node federation and three
     /// simulated member clusters in three regions.
     Dev(DevArgs),
@@ -439,6 +443,14 @@ pub enum ClusterCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Make a learner a voter (admin only); refused while it has not caught up with the
+    /// leader's log.
+    Promote {
+        /// The learner's Raft id.
+        id: u64,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -535,6 +547,33 @@ pub struct ServerArgs {
     /// A file holding the bearer token this node sends when it joins through --join.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// Serve the peer plane (Raft and node-to-node forwarding) on this address, apart from
+    /// the API; the API port then answers 404 on the peer routes.
+    #[arg(long)]
+    pub peer_listen: Option<String>,
+    /// Address other nodes use to reach the peer plane (defaults to --peer-listen's).
+    #[arg(long, requires = "peer_listen")]
+    pub peer_advertise: Option<String>,
+    /// A file holding the cluster secret (at least 16 bytes), sent by this node on every
+    /// peer request and required on every peer request it serves. Same file on every node.
+    #[arg(long)]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Serve the peer plane on a non-loopback address without a cluster secret (anyone who
+    /// reaches it can append to the Raft log: trusted networks only).
+    #[arg(long)]
+    pub insecure_peer_plane: bool,
+    /// Serve the API and the peer plane over TLS with this certificate chain (PEM); peers are
+    /// then dialled with https (trust their CA with --ca-cert).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// When joining, become a voter as soon as this node has caught up (the join request
+    /// carries the admin token, so an admin still decides). Without it the node stays a
+    /// learner until an admin runs `tideway cluster promote ID`.
+    #[arg(long)]
+    pub auto_promote: bool,
 }
 
 /// `--audit-retain`: how much of the audit trail to keep.
@@ -604,6 +643,10 @@ pub struct DevArgs {
     /// Run the simulated clusters' time this many times faster than the wall clock.
     #[arg(long, default_value_t = 60.0)]
     pub time_scale: f64,
+    /// Keep finished, failed and cancelled workloads readable this many (simulated) seconds
+    /// before compacting them out of the live state.
+    #[arg(long, default_value_t = 3600)]
+    pub retain_terminal: u64,
     /// Start the fleet's clock at this instant (RFC 3339, e.g. 2026-01-05T12:00:00+01:00)
     /// instead of now: tidal windows then open at the same moments on every run.
     #[arg(long, value_parser = parse_start_at)]
@@ -638,8 +681,11 @@ impl Cli {
     }
 
     pub async fn run(self) -> anyhow::Result<()> {
+        if let Some(ca) = &self.ca_cert {
+            tideway_api::http::trust_ca_file(ca)?;
+        }
         match self.cmd {
-            Cmd::Server(a) => server(a).await,
+            Cmd::Server(a) => server(*a).await,
             Cmd::Dev(a) => dev(a).await,
             Cmd::Agent(crate::agent_cmd::AgentArgs {
                 action: Some(crate::agent_cmd::AgentAction::Fault { agent, node, kind }),
@@ -1153,7 +1199,8 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
             a.listen
         ),
     };
-    let mut cfg = NodeConfig::new(a.id, a.listen, a.data);
+    let mut cfg = NodeConfig::new(a.id, a.listen.clone(), a.data.clone());
+    peer_plane_settings(&mut cfg, &a)?;
     cfg.auth = auth;
     if let Some(path) = &a.token_file {
         let t = std::fs::read_to_string(path)
@@ -1192,6 +1239,33 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The peer plane and TLS of `tideway server`. A peer plane reachable from other machines
+/// must be protected by the cluster secret: plaintext without a secret is allowed on
+/// loopback (tests, `tideway dev`) or with `--insecure-peer-plane` only.
+fn peer_plane_settings(cfg: &mut NodeConfig, a: &ServerArgs) -> anyhow::Result<()> {
+    cfg.peer_listen = a.peer_listen.clone();
+    cfg.peer_advertise = a.peer_advertise.clone();
+    cfg.auto_promote = a.auto_promote;
+    if let Some(path) = &a.cluster_secret_file {
+        cfg.cluster_secret = Some(tideway_federation::server::peer_auth::read_secret(path)?);
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cfg.tls = Some(tideway_federation::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
+    let peer_bind = a.peer_listen.as_deref().unwrap_or(&a.listen);
+    if cfg.cluster_secret.is_none() && !is_loopback(peer_bind) && !a.insecure_peer_plane {
+        anyhow::bail!(
+            "refusing to serve the peer plane (Raft, forwarding) on {peer_bind} without a \
+             cluster secret: pass --cluster-secret-file FILE (the same on every node), or \
+             --insecure-peer-plane on a trusted network"
+        );
+    }
+    Ok(())
+}
+
 async fn dev(a: DevArgs) -> anyhow::Result<()> {
     // Dropped (and so removed) when dev returns, after the node and agents have stopped.
     let (dir, _tmp) = match a.data {
@@ -1220,6 +1294,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     };
     let mut node_cfg = NodeConfig::new(1, a.listen, dir.clone());
     node_cfg.clock = clock.clone();
+    node_cfg.dispatch.retain_terminal = std::time::Duration::from_secs(a.retain_terminal);
     // Reads stay open on loopback, so the dashboard needs no token; every change needs it.
     node_cfg.auth = Some(std::sync::Arc::new(
         Authenticator::new(tokens).with_anonymous_reads(),
@@ -1391,6 +1466,14 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
         ClusterCmd::Snapshot { target } => {
             let ack = target.client()?.cluster_snapshot().await?;
             println!("{}", serde_json::to_string(&ack)?);
+            Ok(())
+        }
+        ClusterCmd::Promote { id, target } => {
+            let ack = target.client()?.cluster_promote(id).await?;
+            println!(
+                "node {id} is a voter (it had replicated index {})",
+                ack.matched
+            );
             Ok(())
         }
     }

@@ -13,8 +13,8 @@ use crate::agent::{
 };
 use crate::capacity::CapacityView;
 use crate::cluster::{
-    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
-    SnapshotAck,
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, PromoteAck, PromoteRequest,
+    RemoveAck, RemoveRequest, SnapshotAck,
 };
 use crate::decode::AnyResource;
 use crate::explain::ExplainResponse;
@@ -372,6 +372,13 @@ impl Client {
     /// Adds a node to the group (learner, then voter); any member passes it to the leader.
     pub async fn cluster_join(&self, req: &JoinRequest) -> Result<JoinAck, ClientError> {
         self.post_json("/v1/cluster/join", req, 120).await
+    }
+
+    /// Promotes a learner that has caught up to voter (admin only); any member passes it to
+    /// the leader.
+    pub async fn cluster_promote(&self, id: u64) -> Result<PromoteAck, ClientError> {
+        self.post_json("/v1/cluster/promote", &PromoteRequest { id }, 120)
+            .await
     }
 
     /// Builds a snapshot on this node now and purges the log it covers.

@@ -45,15 +45,43 @@ pub struct NodeStatus {
     pub log_entries: u64,
 }
 
-/// `POST /v1/cluster/join`: add a node, first as a learner, then as a voter.
+/// `POST /v1/cluster/join`: add a node as a learner; with `promote`, make it a voter once it
+/// has caught up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
     /// The joining node's Raft id.
     pub id: u64,
-    /// Where the other nodes reach it (`HOST:PORT`).
+    /// Where clients and agents reach its API (`HOST:PORT`).
     pub addr: String,
+    /// Where the other nodes reach its peer plane (Raft and forwarding), when it listens for
+    /// them apart from the API (`--peer-listen`); absent, they use `addr`.
+    #[serde(default, rename = "peerAddr", skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
+    /// Promote the node to voter as soon as it has caught up (`--auto-promote`); otherwise it
+    /// stays a learner until an admin promotes it (`POST /v1/cluster/promote`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub promote: bool,
+}
+
+/// `POST /v1/cluster/promote`: make a learner that has caught up a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PromoteRequest {
+    /// The learner's Raft id.
+    pub id: u64,
+}
+
+/// The answer to a promotion: the node is a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PromoteAck {
+    /// The id of the node that is now a voter.
+    pub promoted: u64,
+    /// The leader's log index the learner had replicated when it was promoted.
+    pub matched: u64,
 }
 
 /// The answer to a join: the node is a voter at `addr`.

@@ -33,7 +33,7 @@ pids+=($!); disown
 sleep 1
 for i in 2 3; do
   "$bin" server --id $i --listen 127.0.0.1:$((TP + i)) --data "$tmp/t$i" \
-    --join 127.0.0.1:$((TP + 1)) >"$tmp/t$i.log" 2>&1 &
+    --join 127.0.0.1:$((TP + 1)) --auto-promote >"$tmp/t$i.log" 2>&1 &
   pids+=($!); disown
 done
 sleep 5

@@ -13,5 +13,6 @@ pub mod propose;
 pub mod raft;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use node::{Node, NodeConfig, NodeError};

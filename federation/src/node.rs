@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use openraft::{BasicNode, Config, SnapshotPolicy};
+use openraft::{Config, SnapshotPolicy};
 use tideway_api::clock::{RealClock, SharedClock};
 use tokio::net::TcpListener;
 
@@ -17,6 +17,8 @@ use crate::propose::membership::JoinRequest;
 use crate::propose::{Forwarder, Proposer};
 use crate::raft::log_store::RedbLogStore;
 use crate::raft::network::{NetworkFactory, PeerFilter};
+use crate::raft::node_info::NodeInfo;
+use crate::raft::peer_plane::PeerPlane;
 use crate::raft::state_machine::StateMachineStore;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
 use crate::server::{self, AppState};
@@ -39,6 +41,8 @@ pub enum NodeError {
     },
     #[error("joining through {via}: {reason}")]
     Join { via: String, reason: String },
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Raft heartbeat period. openraft lets a follower vote only once the leader lease (the
@@ -75,6 +79,18 @@ pub struct NodeConfig {
     /// Where the node reads the time: the wall clock, or `tideway dev`'s scaled clock that
     /// its simulated members share.
     pub clock: SharedClock,
+    /// Address to bind the peer plane (Raft and forwarding) to, apart from the API; `None`
+    /// serves it on the API's port.
+    pub peer_listen: Option<String>,
+    /// Address other nodes use to reach the peer plane; defaults to the bound `peer_listen`.
+    pub peer_advertise: Option<String>,
+    /// The secret every peer request carries and every peer route requires.
+    pub cluster_secret: Option<String>,
+    /// Serve the API and the peer plane over TLS (and dial peers with `https`).
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// When joining, ask to be made a voter as soon as this node has caught up, instead of
+    /// staying a learner until an admin promotes it.
+    pub auto_promote: bool,
 }
 
 impl NodeConfig {
@@ -94,6 +110,11 @@ impl NodeConfig {
             auth: None,
             join_token: None,
             clock: RealClock::shared(),
+            peer_listen: None,
+            peer_advertise: None,
+            cluster_secret: None,
+            tls: None,
+            auto_promote: false,
         }
     }
 
@@ -109,6 +130,8 @@ pub struct Node {
     pub raft: Raft,
     pub state: AppState,
     pub addr: String,
+    /// The bound peer-plane address, when it listens apart from the API.
+    pub peer_addr: Option<String>,
     /// The HTTP server and the leader loops, stopped on shutdown.
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -142,13 +165,14 @@ impl Node {
             .build()
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let filter = PeerFilter::default();
-        let network = NetworkFactory::new(http.clone(), filter.clone());
+        let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
+        let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone());
         let log_stats = log.stats();
         let data = sm.data();
         let raft = Raft::new(cfg.id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
-        let forwarder = Forwarder::new(raft.clone(), http.clone(), filter.clone());
+        let forwarder = Forwarder::new(raft.clone(), http.clone(), filter.clone(), plane);
         let proposer = Proposer::start(raft.clone(), forwarder.clone());
         let state = AppState {
             raft: raft.clone(),
@@ -166,6 +190,11 @@ impl Node {
             last_cycle: Default::default(),
             auth: cfg.auth.clone(),
             digest_cache: Default::default(),
+            peer_apart: cfg.peer_listen.is_some(),
+            cluster_secret: cfg
+                .cluster_secret
+                .as_deref()
+                .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
         };
         let mut tasks = vec![
             tokio::spawn(crate::dispatcher::liveness::health_monitor(
@@ -218,27 +247,24 @@ impl Node {
                 cfg.clock.clone(),
             )),
         ];
-        let listener =
-            TcpListener::bind(&cfg.listen)
-                .await
-                .map_err(|source| NodeError::Listen {
-                    addr: cfg.listen.clone(),
-                    source,
-                })?;
-        let addr = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| cfg.listen.clone());
-        let app = server::router(state.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "http server stopped");
+        let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
+        let (addr, task) = serve(&cfg.listen, tls.clone(), server::router(state.clone())).await?;
+        tasks.push(task);
+        let peer_addr = match &cfg.peer_listen {
+            Some(listen) => {
+                let (peer, task) =
+                    serve(listen, tls.clone(), server::peer_router(state.clone())).await?;
+                tasks.push(task);
+                tracing::info!(%peer, "peer plane listening apart from the API");
+                Some(peer)
             }
-        }));
+            None => None,
+        };
         let node = Node {
             raft,
             state,
             addr,
+            peer_addr,
             tasks,
         };
         node.bootstrap_or_join(&cfg).await?;
@@ -255,9 +281,12 @@ impl Node {
             tracing::info!(id = cfg.id, "restarting with existing state");
             return Ok(());
         }
-        let me = BasicNode {
-            addr: cfg.advertise_addr(),
-        };
+        let me = NodeInfo::new(
+            cfg.advertise_addr(),
+            cfg.peer_advertise
+                .clone()
+                .or_else(|| self.peer_addr.clone()),
+        );
         match &cfg.join {
             None => {
                 tracing::info!(id = cfg.id, "bootstrapping a new one-node cluster");
@@ -267,7 +296,16 @@ impl Node {
                     .map_err(|e| NodeError::Raft(e.to_string()))?;
                 Ok(())
             }
-            Some(via) => join_through(via, cfg.id, &me.addr, cfg.join_token.as_deref()).await,
+            Some(via) => {
+                let req = JoinRequest {
+                    id: cfg.id,
+                    addr: me.addr,
+                    peer_addr: me.peer_addr,
+                    promote: cfg.auto_promote,
+                };
+                let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
+                join_through(&plane, via, &req, cfg.join_token.as_deref()).await
+            }
         }
     }
 
@@ -280,28 +318,59 @@ impl Node {
     }
 }
 
+/// Binds `listen` and serves `app` on it, over TLS when a configuration is given; answers
+/// the bound address.
+async fn serve(
+    listen: &str,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: axum::Router,
+) -> Result<(String, tokio::task::JoinHandle<()>), NodeError> {
+    let bind_err = |source| NodeError::Listen {
+        addr: listen.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(bind_err)?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| listen.to_string());
+    let task = match tls {
+        Some(cfg) => {
+            let listener = crate::tls::TlsListener::new(listener, cfg).map_err(bind_err)?;
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "https server stopped");
+                }
+            })
+        }
+        None => tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "http server stopped");
+            }
+        }),
+    };
+    Ok((addr, task))
+}
+
 /// Asks a member to add this node, retrying (with backoff and jitter) while the cluster
 /// elects or is busy.
 async fn join_through(
+    plane: &PeerPlane,
     via: &str,
-    id: NodeId,
-    addr: &str,
+    req: &JoinRequest,
     token: Option<&str>,
 ) -> Result<(), NodeError> {
+    let id = req.id;
     let http = tideway_api::http::client_builder()
         .build()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-    let req = JoinRequest {
-        id,
-        addr: addr.to_string(),
-    };
     let attempt = || async {
-        let mut r = http.post(format!("http://{via}/v1/cluster/join"));
+        let mut r = plane.authorize(http.post(plane.url(via, "/v1/cluster/join")));
         if let Some(t) = token {
             r = r.bearer_auth(t);
         }
         let r = r
-            .json(&req)
+            .json(req)
             .timeout(Duration::from_secs(120))
             .send()
             .await

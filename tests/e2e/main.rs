@@ -23,6 +23,7 @@ mod t67_webhook_tidal_rollback;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;
+mod t83_peer_plane;
 mod t84_idempotency_errors;
 mod t85_no_write;
 mod t86_auth;

@@ -246,6 +246,8 @@ async fn tokens_are_required_and_refusals_write_nothing() {
         .cluster_join(&tideway_api::cluster::JoinRequest {
             id: 9,
             addr: "127.0.0.1:1".into(),
+            peer_addr: None,
+            promote: true,
         })
         .await
         .expect_err("a submitter joined a node");

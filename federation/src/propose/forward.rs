@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use tideway_api::agent::Heartbeat;
 
 use super::ProposeError;
-use super::membership::{JoinRequest, RemoveRequest};
+use super::membership::{JoinRequest, PromoteRequest, RemoveRequest};
 use crate::raft::network::{MSGPACK, PeerFilter};
+use crate::raft::peer_plane::PeerPlane;
 use crate::raft::types::{NodeId, Raft};
 use crate::state::command::{Command, CommandResult, Rejection};
 
@@ -23,6 +24,7 @@ pub mod routes {
     pub const REMOVE: &str = "/internal/remove";
     pub const HEARTBEAT: &str = "/internal/heartbeat";
     pub const EXPLAIN: &str = "/internal/explain";
+    pub const PROMOTE: &str = "/internal/promote";
 }
 
 /// What the leader answers to a forwarded request.
@@ -70,20 +72,30 @@ pub struct Forwarder {
     raft: Raft,
     http: reqwest::Client,
     filter: PeerFilter,
+    plane: PeerPlane,
 }
 
 impl Forwarder {
-    pub fn new(raft: Raft, http: reqwest::Client, filter: PeerFilter) -> Self {
-        Self { raft, http, filter }
+    pub fn new(raft: Raft, http: reqwest::Client, filter: PeerFilter, plane: PeerPlane) -> Self {
+        Self {
+            raft,
+            http,
+            filter,
+            plane,
+        }
     }
 
     /// The API address of a member, from the current membership.
     pub fn addr_of(&self, id: NodeId) -> Option<String> {
+        self.node_of(id).map(|n| n.addr)
+    }
+
+    fn node_of(&self, id: NodeId) -> Option<crate::raft::node_info::NodeInfo> {
         let m = crate::raft::metrics(&self.raft).membership_config;
         m.membership()
             .nodes()
             .find(|(nid, _)| **nid == id)
-            .map(|(_, n)| n.addr.clone())
+            .map(|(_, n)| n.clone())
     }
 
     /// The leader this node knows of, unless it is this node.
@@ -107,12 +119,12 @@ impl Forwarder {
                 "leader {leader} is partitioned away (fault injection)"
             )));
         }
-        let addr = self.addr_of(leader).ok_or(ProposeError::NoLeader)?;
+        let node = self.node_of(leader).ok_or(ProposeError::NoLeader)?;
         let body =
             rmp_serde::to_vec_named(req).map_err(|e| ProposeError::Unavailable(e.to_string()))?;
         let resp = self
-            .http
-            .post(format!("http://{addr}{route}"))
+            .plane
+            .authorize(self.http.post(self.plane.url(node.peer(), route)))
             .header(reqwest::header::CONTENT_TYPE, MSGPACK)
             .body(body)
             .timeout(timeout)
@@ -156,6 +168,12 @@ impl Forwarder {
     /// Membership changes wait for a new node to catch up: allow them long.
     pub async fn join(&self, leader: NodeId, req: &JoinRequest) -> Result<(), ProposeError> {
         self.call(leader, routes::JOIN, req, Duration::from_secs(120))
+            .await
+    }
+
+    /// A promotion waits (briefly) for the learner to catch up.
+    pub async fn promote(&self, leader: NodeId, req: &PromoteRequest) -> Result<u64, ProposeError> {
+        self.call(leader, routes::PROMOTE, req, Duration::from_secs(60))
             .await
     }
 

@@ -3,6 +3,8 @@
 
 pub mod log_store;
 pub mod network;
+pub mod node_info;
+pub mod peer_plane;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod transport;

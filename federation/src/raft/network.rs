@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
+use openraft::OptionalSend;
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -15,10 +16,11 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, OptionalSend};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::node_info::NodeInfo;
+use super::peer_plane::PeerPlane;
 use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 
 pub const MSGPACK: &str = "application/msgpack";
@@ -63,23 +65,29 @@ impl PeerFilter {
 pub struct NetworkFactory {
     http: reqwest::Client,
     filter: PeerFilter,
+    plane: PeerPlane,
 }
 
 impl NetworkFactory {
-    pub fn new(http: reqwest::Client, filter: PeerFilter) -> Self {
-        Self { http, filter }
+    pub fn new(http: reqwest::Client, filter: PeerFilter, plane: PeerPlane) -> Self {
+        Self {
+            http,
+            filter,
+            plane,
+        }
     }
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Self::Network {
         PeerClient {
             target,
-            addr: node.addr.clone(),
+            addr: node.peer().to_string(),
             http: self.http.clone(),
             filter: self.filter.clone(),
+            plane: self.plane.clone(),
         }
     }
 }
@@ -89,6 +97,7 @@ pub struct PeerClient {
     addr: String,
     http: reqwest::Client,
     filter: PeerFilter,
+    plane: PeerPlane,
 }
 
 impl PeerClient {
@@ -110,10 +119,10 @@ impl PeerClient {
         }
         let body = rmp_serde::to_vec_named(req)
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-        let url = format!("http://{}/raft/{}", self.addr, path);
+        let url = self.plane.url(&self.addr, &format!("/raft/{path}"));
         let resp = self
-            .http
-            .post(&url)
+            .plane
+            .authorize(self.http.post(&url))
             .header(reqwest::header::CONTENT_TYPE, MSGPACK)
             .body(body)
             .timeout(option.hard_ttl())

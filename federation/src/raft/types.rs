@@ -13,7 +13,7 @@ openraft::declare_raft_types!(
         D = Request,
         R = Response,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = super::node_info::NodeInfo,
 );
 
 /// Snapshot bytes travel whole: the federation state is a few tens of MB at most, so

@@ -14,8 +14,8 @@ use super::error::ApiError;
 use crate::propose::membership;
 use crate::raft::types::NodeId;
 use tideway_api::cluster::{
-    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
-    SnapshotAck,
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, PromoteAck, PromoteRequest,
+    RemoveAck, RemoveRequest, SnapshotAck,
 };
 
 pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiError> {
@@ -64,17 +64,47 @@ pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
     tideway_api::decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
 }
 
-/// Adds a node: first as a learner that catches up, then as a voter.
+/// Adds a node as a learner; with `promote`, it becomes a voter once it has caught up.
+///
+/// With a cluster secret configured, the request must also carry it (the joining node sends
+/// it): an admin token alone does not let a node that lacks the secret into the group.
 pub async fn join(
     State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<JoinAck>, ApiError> {
+    if let Some(secret) = &st.cluster_secret {
+        let ok = headers
+            .get(crate::raft::peer_plane::SECRET_HEADER)
+            .is_some_and(|v| secret.matches(v.as_bytes()));
+        if !ok {
+            tracing::warn!("join refused: the cluster secret is missing or wrong");
+            return Err(ApiError::Forbidden(format!(
+                "joining needs the cluster secret (header {})",
+                crate::raft::peer_plane::SECRET_HEADER
+            )));
+        }
+    }
     let req: JoinRequest = json_body(body)?;
     membership::join(&st.raft, &st.forwarder, &req).await?;
-    tracing::info!(node = req.id, addr = %req.addr, "federation node joined");
+    tracing::info!(node = req.id, addr = %req.addr, peer = ?req.peer_addr, promoted = req.promote, "federation node joined");
     Ok(Json(JoinAck {
         joined: req.id,
         addr: req.addr,
+    }))
+}
+
+/// Makes a learner a voter, only once it has caught up with the leader's log (409
+/// problem+json otherwise, and the node stays a learner).
+pub async fn promote(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<PromoteAck>, ApiError> {
+    let req: PromoteRequest = json_body(body)?;
+    let matched = membership::promote(&st.raft, &st.forwarder, &req).await?;
+    Ok(Json(PromoteAck {
+        promoted: req.id,
+        matched,
     }))
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::AppState;
 use crate::dispatcher::liveness;
 use crate::propose::forward::{ExplainForward, HeartbeatForward};
-use crate::propose::membership::{self, JoinRequest, RemoveRequest};
+use crate::propose::membership::{self, JoinRequest, PromoteRequest, RemoveRequest};
 use crate::propose::{Forwarded, ProposeError, commit_local};
 use crate::raft::network::MSGPACK;
 use crate::state::command::Command;
@@ -65,6 +65,15 @@ pub async fn read_index(State(st): State<AppState>) -> Response {
 pub async fn join(State(st): State<AppState>, body: Bytes) -> Response {
     match decode::<JoinRequest>(&body) {
         Ok(req) => outcome(membership::join_here(&st.raft, &req).await),
+        Err(r) => reply(&r),
+    }
+}
+
+pub async fn promote(State(st): State<AppState>, body: Bytes) -> Response {
+    match decode::<PromoteRequest>(&body) {
+        Ok(req) => {
+            outcome(membership::promote_here(&st.raft, req.id, membership::PROMOTE_WAIT).await)
+        }
         Err(r) => reply(&r),
     }
 }

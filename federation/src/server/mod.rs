@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod members;
 pub mod metrics;
 pub mod openapi;
+pub mod peer_auth;
 pub mod policy;
 pub mod rate_limit;
 pub mod schedules;
@@ -101,6 +102,12 @@ pub struct AppState {
     pub clock: SharedClock,
     /// `cluster status`'s state digest, per applied index.
     pub digest_cache: Arc<crate::raft::state_machine::DigestCache>,
+    /// The peer plane is served on its own listener (`--peer-listen`): the public router
+    /// leaves the Raft and forwarding routes out.
+    pub peer_apart: bool,
+    /// The secret peer requests must carry; `None` accepts any caller that reaches the peer
+    /// routes (loopback or explicitly insecure setups only).
+    pub cluster_secret: Option<Arc<peer_auth::ClusterSecret>>,
 }
 
 impl AppState {
@@ -229,23 +236,24 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/remove", post(cluster::remove))
         .route("/v1/cluster/snapshot", post(cluster::snapshot))
         .route("/v1/debug/partition", post(cluster::partition))
-        .route(routes::PROPOSE, post(internal::propose))
-        .route(routes::READ_INDEX, post(internal::read_index))
-        .route(routes::JOIN, post(internal::join))
-        .route(routes::REMOVE, post(internal::remove))
-        .route(routes::HEARTBEAT, post(internal::heartbeat))
-        .route(routes::EXPLAIN, post(internal::explain))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(|| async { "ok" }))
         .route("/openapi.json", get(openapi::serve))
         .merge(ui::routes())
+        .route("/v1/cluster/promote", post(cluster::promote))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());
+    // Without a peer listener of its own, the peer plane shares the public port (as before
+    // `--peer-listen` existed); with one, the public port answers 404 on its routes.
+    let api = if state.peer_apart {
+        api
+    } else {
+        api.merge(peer_routes(&state))
+    };
     // After the merge, so that every route, the Raft transport's too, answers an unrouted
     // method with problem+json (axum still adds the `Allow` header).
-    api.merge(crate::raft::transport::router(state.raft.clone()))
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+    api.method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Layers run outside in: the time bound (the last added), authenticate, the rate
         // limit (keyed on the authenticated subject), then authorize.
         .layer(axum::middleware::from_fn_with_state(
@@ -276,6 +284,34 @@ pub fn router(state: AppState) -> Router {
             state.clock.clone(),
             server_time::stamp,
         ))
+}
+
+/// The peer plane: the Raft transport and the forwarding endpoints, behind the cluster
+/// secret.
+fn peer_routes(state: &AppState) -> Router {
+    Router::new()
+        .route(routes::PROPOSE, post(internal::propose))
+        .route(routes::READ_INDEX, post(internal::read_index))
+        .route(routes::JOIN, post(internal::join))
+        .route(routes::REMOVE, post(internal::remove))
+        .route(routes::HEARTBEAT, post(internal::heartbeat))
+        .route(routes::EXPLAIN, post(internal::explain))
+        .route(routes::PROMOTE, post(internal::promote))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state.clone())
+        .merge(crate::raft::transport::router(state.raft.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.cluster_secret.clone(),
+            peer_auth::require_secret,
+        ))
+}
+
+/// The router of the peer listener (`--peer-listen`): the peer plane alone, every refusal
+/// problem+json like the public API's.
+pub fn peer_router(state: AppState) -> Router {
+    peer_routes(&state)
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }
 
 #[cfg(test)]

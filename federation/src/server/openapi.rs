@@ -19,7 +19,8 @@ use tideway_api::agent::{
 use tideway_api::audit::AuditEventList;
 use tideway_api::capacity::CapacityView;
 use tideway_api::cluster::{
-    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, RemoveAck, RemoveRequest,
+    JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, PromoteAck, PromoteRequest,
+    RemoveAck, RemoveRequest,
     SnapshotAck,
 };
 use tideway_api::explain::ExplainResponse;
@@ -92,7 +93,7 @@ pub async fn serve() -> Response {
         operations::cordon_member, operations::uncordon_member, operations::drain_member,
         operations::capacity, operations::usage, operations::list_webhooks,
         operations::delete_webhook, operations::cluster_status, operations::cluster_join,
-        operations::cluster_remove, operations::cluster_snapshot, operations::debug_partition,
+        operations::cluster_remove, operations::cluster_promote, operations::cluster_snapshot, operations::debug_partition,
         operations::metrics, operations::healthz, operations::openapi_json,
     ),
     components(schemas(Problem, AnyResource, WatchPage)),
@@ -435,6 +436,11 @@ mod operations {
     #[utoipa::path(post, path = "/v1/cluster/remove", tag = "cluster", request_body = RemoveRequest,
         responses((status = 200, description = "Removed", body = RemoveAck)))]
     fn cluster_remove() {}
+
+    /// Make a learner that has caught up a voter (admin); 409 while it lags
+    #[utoipa::path(post, path = "/v1/cluster/promote", tag = "cluster", request_body = PromoteRequest,
+        responses((status = 200, description = "Promoted", body = PromoteAck)))]
+    fn cluster_promote() {}
 
     /// Take a Raft snapshot now (admin)
     #[utoipa::path(post, path = "/v1/cluster/snapshot", tag = "cluster",

@@ -24,6 +24,8 @@ pub fn free_addr() -> anyhow::Result<String> {
 pub struct ProcNode {
     pub id: u64,
     pub addr: String,
+    /// Its peer-plane address, used when the cluster serves the peer plane apart.
+    pub peer_listen: String,
     pub data: PathBuf,
     child: Option<Child>,
 }
@@ -49,6 +51,13 @@ pub struct ProcCluster {
     pub extra_args: Vec<String>,
     /// Bearer token the harness sends, for a cluster started with `--auth-tokens`.
     pub token: Option<String>,
+    /// Give every node `--peer-listen` on a port of its own.
+    pub peer_plane: bool,
+    /// Join without `--auto-promote`: joined nodes stay learners until promoted.
+    pub learners_only: bool,
+    /// `https` for servers started with `--tls-cert` (the test trusts their CA with
+    /// `tideway_api::http::trust_ca_file`).
+    pub scheme: &'static str,
 }
 
 impl ProcCluster {
@@ -60,6 +69,9 @@ impl ProcCluster {
             agents: BTreeMap::new(),
             extra_args: Vec::new(),
             token: None,
+            peer_plane: false,
+            learners_only: false,
+            scheme: "http",
         }
     }
 
@@ -96,10 +108,12 @@ impl ProcCluster {
     }
 
     pub fn client(&self, id: u64) -> anyhow::Result<Client> {
-        Ok(Client::with_token(
-            &self.nodes[&id].addr,
-            self.token.as_deref(),
-        )?)
+        Ok(Client::with_token(&self.url(id), self.token.as_deref())?)
+    }
+
+    /// The base URL of node `id`'s API.
+    pub fn url(&self, id: u64) -> String {
+        format!("{}://{}", self.scheme, self.nodes[&id].addr)
     }
 
     pub fn addrs(&self) -> Vec<String> {
@@ -114,13 +128,13 @@ impl ProcCluster {
         let mut node = ProcNode {
             id,
             addr,
+            peer_listen: free_addr()?,
             data,
             child: None,
         };
         node.child = Some(self.spawn(&node, join)?);
-        let addr = node.addr.clone();
         self.nodes.insert(id, node);
-        wait_for_http(&addr, Duration::from_secs(30)).await?;
+        wait_for_http(&self.url(id), Duration::from_secs(30)).await?;
         Ok(())
     }
 
@@ -142,6 +156,12 @@ impl ProcCluster {
             .stderr(log);
         if let Some(j) = join {
             cmd.args(["--join", j]);
+            if !self.learners_only {
+                cmd.arg("--auto-promote");
+            }
+        }
+        if self.peer_plane {
+            cmd.args(["--peer-listen", &node.peer_listen]);
         }
         cmd.spawn()
             .with_context(|| format!("spawning {}", self.bin.display()))
@@ -212,8 +232,7 @@ impl ProcCluster {
         };
         let node = self.nodes.get_mut(&id).context("no such node")?;
         node.child = Some(child);
-        let addr = node.addr.clone();
-        wait_for_http(&addr, Duration::from_secs(30)).await
+        wait_for_http(&self.url(id), Duration::from_secs(30)).await
     }
 
     pub fn is_running(&self, id: u64) -> bool {
@@ -378,7 +397,7 @@ impl ProcCluster {
             .with_context(|| format!("spawning agent {name}"))?;
         a.child = Some(child);
         let listen = a.listen.clone();
-        wait_for_http(&listen, Duration::from_secs(30)).await
+        wait_for_http(&format!("http://{listen}"), Duration::from_secs(30)).await
     }
 
     pub fn kill9_agent(&mut self, name: &str) -> anyhow::Result<()> {
@@ -414,12 +433,13 @@ impl Drop for ProcCluster {
     }
 }
 
-async fn wait_for_http(addr: &str, timeout: Duration) -> anyhow::Result<()> {
+/// Waits for `/healthz` at `base` (`http://HOST:PORT` or `https://...`).
+async fn wait_for_http(base: &str, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     let http = tideway_api::http::client_builder().build()?;
     loop {
         if let Ok(r) = http
-            .get(format!("http://{addr}/healthz"))
+            .get(format!("{base}/healthz"))
             .timeout(Duration::from_secs(1))
             .send()
             .await
@@ -428,7 +448,7 @@ async fn wait_for_http(addr: &str, timeout: Duration) -> anyhow::Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{addr} did not answer within {timeout:?}");
+            bail!("{base} did not answer within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
