@@ -2,6 +2,7 @@
 
 mod agent_cmd;
 mod bench;
+mod bench_scale;
 mod cli;
 mod config;
 mod demo;
