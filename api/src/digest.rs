@@ -507,6 +507,58 @@ mod tests {
         assert_eq!(back, p);
     }
 
+    /// The worst case for grouping: 625 racks of 8 nodes (a 5,000-node member), no two
+    /// consecutive racks alike, every histogram at its full 9 buckets.
+    #[test]
+    fn a_5000_node_pool_without_identical_racks_fits_32_kib() {
+        let mut domains = Vec::new();
+        for z in 0..5u32 {
+            domains.push(DomainDigest {
+                level: TopologyLevel::Zone,
+                name: format!("z{z}"),
+                zone: None,
+                counts: counts(&[100, 100, 100, 100, 100, 100, 100, 100, 200]),
+            });
+        }
+        for r in 0..625u32 {
+            let mut hist = vec![1u32; 9];
+            hist[(r % 8) as usize] = 0;
+            hist[8] = 1 + r % 2;
+            let mut c = counts(&hist);
+            c.total = 64;
+            c.allocated = 64 - free_in(&hist) as u32 % 64;
+            c.unhealthy = r % 3;
+            domains.push(DomainDigest {
+                level: TopologyLevel::Rack,
+                name: format!("z{}-r{r}", r % 5),
+                zone: Some(format!("z{}", r % 5)),
+                counts: c,
+            });
+        }
+        domains[5..].sort_by(|a, b| a.zone.cmp(&b.zone));
+        let p = PoolDigest {
+            pool: "train".into(),
+            kind: PoolKind::Training,
+            flavor: "H100".into(),
+            counts: counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5000]),
+            domains,
+        };
+        let json = serde_json::to_vec(&p).unwrap();
+        let legacy: usize = p
+            .domains
+            .iter()
+            .map(|d| serde_json::to_vec(d).unwrap().len() + 1)
+            .sum();
+        assert!(json.len() <= 32 * 1024, "{} bytes", json.len());
+        assert!(json.len() * 2 < legacy, "{} vs {legacy} bytes", json.len());
+        let back: PoolDigest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, p);
+        eprintln!(
+            "625 distinct racks: {} bytes grouped, {legacy} one object each",
+            json.len()
+        );
+    }
+
     #[test]
     fn bad_rows_are_refused() {
         let mut v = serde_json::to_value(pool()).unwrap();
