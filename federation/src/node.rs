@@ -44,14 +44,11 @@ pub enum NodeError {
 /// Raft heartbeat period. openraft lets a follower vote only once the leader lease (the
 /// election timeout's maximum) has passed since the last heartbeat, and starts an election a
 /// random election timeout after that: a dead leader is replaced `max + rand(min, max)` after
-/// its last heartbeat. The lease is the fixed part of every failover, so `max` is kept low
-/// (270 ms) and the random part wide (90–270 ms): 360–540 ms to the first campaign, and when
-/// both survivors campaign at once (a split vote, more likely the narrower the range) the
-/// retry costs at most another 270 ms, under the 1.5 s worst-case aim. A leader must still
-/// stall for 360 ms (14 heartbeats) before anyone campaigns.
-pub const DEFAULT_HEARTBEAT_MS: u64 = 25;
+/// its last heartbeat. 50 ms and 200–400 ms put that at 600–800 ms, under the one-second
+/// failover aim, while a leader must stall for 600 ms before anyone campaigns.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 50;
 /// See [`DEFAULT_HEARTBEAT_MS`].
-pub const DEFAULT_ELECTION_TIMEOUT_MS: (u64, u64) = (90, 270);
+pub const DEFAULT_ELECTION_TIMEOUT_MS: (u64, u64) = (200, 400);
 
 /// Settings of one federation node.
 #[derive(Debug, Clone)]

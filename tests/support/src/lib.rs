@@ -148,7 +148,7 @@ impl ProcCluster {
     }
 
     /// Raft timing for test clusters, unless a test sets its own: a 100 ms heartbeat and a
-    /// 400-800 ms election timeout instead of the server's 25 ms and 90-270 ms. The tests
+    /// 400-800 ms election timeout instead of the server's 50 ms and 200-400 ms. The tests
     /// run on loaded CI machines (two cores, a build and several clusters at once), where a
     /// leader stalled for half a second would lose its followers and the extra elections
     /// would move log indexes that tests about "nothing written" compare. The defaults'
