@@ -129,8 +129,14 @@ async fn submit_n(
 /// The sum and count of a Prometheus histogram in a text exposition.
 fn histogram_mean(text: &str, name: &str) -> Option<(f64, f64)> {
     let value = |suffix: &str| {
+        // The registry may prefix the name (`tideway_...`); labels may follow it.
         text.lines()
-            .find(|l| l.starts_with(&format!("{name}{suffix}")))
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.split([' ', '{'])
+                    .next()
+                    .is_some_and(|m| m.ends_with(&format!("{name}{suffix}")))
+            })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
     };
