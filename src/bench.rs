@@ -54,6 +54,19 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 900)]
         settle_timeout: u64,
     },
+    /// A three-node federation holding `--pending` workloads, built through the API: what the
+    /// backlog costs in submission and list latency, status, cycle, memory, snapshot, restart.
+    Scale {
+        /// Pending workloads to build up.
+        #[arg(long, default_value_t = 100_000)]
+        pending: u64,
+        /// Concurrent clients while filling.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Submissions timed on the empty and on the loaded cluster.
+        #[arg(long, default_value_t = 2000)]
+        probe: u64,
+    },
 }
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -82,10 +95,22 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             })
             .await
         }
+        BenchCmd::Scale {
+            pending,
+            clients,
+            probe,
+        } => {
+            crate::bench_scale::run(crate::bench_scale::ScaleArgs {
+                pending,
+                clients,
+                probe,
+            })
+            .await
+        }
     }
 }
 
-fn workload_body(name: &str) -> String {
+pub fn workload_body(name: &str) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"training","priorityClass":"normal","podSets":[{{"name":"worker","count":1,"gpusPerPod":8,"flavor":"H100"}}],"gang":{{"minCount":1}},"topology":{{"required":"rack"}},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
     )
@@ -139,6 +164,7 @@ async fn client_loop(
 ) {
     let mut n = 0u64;
     let mut local = Vec::with_capacity(4096);
+    let mut failed_in_a_row = 0usize;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let name = format!("bench-{tag}-{n}");
@@ -156,6 +182,7 @@ async fn client_loop(
             .await;
         match res {
             Ok(r) if r.status().as_u16() == 201 || r.status().as_u16() == 200 => {
+                failed_in_a_row = 0;
                 let took = sent.elapsed();
                 local.push(took.as_micros().min(u32::MAX as u128) as u32);
                 tally.acked.fetch_add(1, Ordering::Relaxed);
@@ -171,7 +198,13 @@ async fn client_loop(
                 tally.errors.fetch_add(1, Ordering::Relaxed);
                 at += 1;
                 n -= 1; // retry the same name and key elsewhere: it must not be lost.
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                // A dead node refuses at once and any live one forwards to the leader, so the
+                // next node is tried immediately; only a whole round of failures (no node
+                // answering at all) pauses, so that a cluster that is down is not spun on.
+                failed_in_a_row += 1;
+                if failed_in_a_row.is_multiple_of(targets.len().max(1)) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
             }
         }
     }

@@ -102,6 +102,21 @@ impl Launcher {
         self.servers.values().map(|s| s.addr.clone()).collect()
     }
 
+    /// One node's address.
+    pub fn addr(&self, id: u64) -> Option<String> {
+        self.servers.get(&id).map(|s| s.addr.clone())
+    }
+
+    /// Every node's id.
+    pub fn ids(&self) -> Vec<u64> {
+        self.servers.keys().copied().collect()
+    }
+
+    /// The process id of a running node.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.servers.get(&id)?.child.as_ref().map(Child::id)
+    }
+
     /// One node's own status.
     pub async fn status(&self, id: u64) -> anyhow::Result<NodeStatus> {
         let s = self.servers.get(&id).context("no such node")?;

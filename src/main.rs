@@ -3,6 +3,7 @@
 mod agent_cmd;
 mod bench;
 mod bench_rss;
+mod bench_scale;
 mod cli;
 mod config;
 mod demo;

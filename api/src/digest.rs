@@ -142,7 +142,10 @@ pub struct PoolDigest {
     pub flavor: String,
     /// Counts over the whole pool.
     pub counts: GpuCounts,
-    /// Zones and racks of this pool, each with its own counts.
+    /// Zones and racks of this pool, each with its own counts. On the wire they travel in
+    /// the compact grouped form of [`domain_wire`] (the one-object-per-domain form is still
+    /// accepted), which keeps a 5,000-node member's digest under 32 KiB.
+    #[serde(with = "domain_wire")]
     pub domains: Vec<DomainDigest>,
 }
 
@@ -160,6 +163,139 @@ pub struct DomainDigest {
     pub zone: Option<String>,
     /// Counts over the domain's nodes.
     pub counts: GpuCounts,
+}
+
+/// The wire form of a pool's domains.
+///
+/// Each domain as its own object repeats every key name, its level and its zone: 625 racks
+/// of a 5,000-node member made a 56 KiB digest, sent every few seconds by every member. Here
+/// domains of one level and zone share one group, each domain is a row of plain numbers, and
+/// consecutive domains with identical counts (idle or full racks, the common case) share one
+/// row that lists all their names:
+///
+/// ```json
+/// {"level":"rack","zone":"z0","rows":[[[64],[0,0,0,0,0,0,0,0,8],["z0-r0","z0-r1"]],
+///                                      [[64,34],[1,0,2,1,0,1,3],["z0-r2"]]]}
+/// ```
+///
+/// A row's first array is `[total, allocated, unhealthy, cordoned]` without trailing zeros.
+/// Decoding yields the domains in the order they were encoded, so a digest round-trips
+/// exactly. The older form (one [`DomainDigest`] object per domain) is still read, and both
+/// may be mixed in one list.
+pub mod domain_wire {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{DomainDigest, GpuCounts};
+    use crate::workload::TopologyLevel;
+
+    /// Domains of one level (and, for racks, one zone), in order.
+    #[derive(Debug, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Group {
+        level: TopologyLevel,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        zone: Option<String>,
+        rows: Vec<Row>,
+    }
+
+    /// Counts (`[total, allocated, unhealthy, cordoned]`, trailing zeros left out), the free
+    /// histogram, and the names of the consecutive domains that have exactly these counts.
+    type Row = (Vec<u32>, Vec<u32>, Vec<String>);
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Group(Group),
+        Domain(DomainDigest),
+    }
+
+    fn counts_row(c: &GpuCounts) -> Vec<u32> {
+        let mut v = vec![c.total, c.allocated, c.unhealthy, c.cordoned];
+        while v.len() > 1 && v.last() == Some(&0) {
+            v.pop();
+        }
+        v
+    }
+
+    fn counts_from(v: &[u32], hist: Vec<u32>) -> Result<GpuCounts, String> {
+        if v.is_empty() || v.len() > 4 {
+            return Err(format!(
+                "a row's counts are [total, allocated, unhealthy, cordoned]: got {} numbers",
+                v.len()
+            ));
+        }
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        Ok(GpuCounts {
+            total: at(0),
+            allocated: at(1),
+            unhealthy: at(2),
+            cordoned: at(3),
+            free_histogram: hist,
+        })
+    }
+
+    /// Groups `domains` as described in the module doc, keeping their order.
+    fn groups(domains: &[DomainDigest]) -> Vec<Group> {
+        let mut out: Vec<Group> = Vec::new();
+        let mut last: Option<&DomainDigest> = None;
+        for d in domains {
+            let same_group = last.is_some_and(|l| l.level == d.level && l.zone == d.zone);
+            if !same_group {
+                out.push(Group {
+                    level: d.level,
+                    zone: d.zone.clone(),
+                    rows: Vec::new(),
+                });
+            }
+            let same_row = same_group && last.is_some_and(|l| l.counts == d.counts);
+            if let Some(g) = out.last_mut() {
+                match g.rows.last_mut() {
+                    Some(row) if same_row => row.2.push(d.name.clone()),
+                    _ => g.rows.push((
+                        counts_row(&d.counts),
+                        d.counts.free_histogram.clone(),
+                        vec![d.name.clone()],
+                    )),
+                }
+            }
+            last = Some(d);
+        }
+        out
+    }
+
+    /// Writes `domains` in the grouped form.
+    pub fn serialize<S: Serializer>(domains: &[DomainDigest], s: S) -> Result<S::Ok, S::Error> {
+        groups(domains).serialize(s)
+    }
+
+    /// Reads either form, or a mix of both, back into one domain per name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<DomainDigest>, D::Error> {
+        let items = Vec::<Item>::deserialize(d)?;
+        let mut out = Vec::new();
+        for item in items {
+            match item {
+                Item::Domain(dom) => out.push(dom),
+                Item::Group(g) => {
+                    for (counts, hist, names) in g.rows {
+                        if names.is_empty() {
+                            return Err(D::Error::custom("a row must name at least one domain"));
+                        }
+                        let counts = counts_from(&counts, hist).map_err(D::Error::custom)?;
+                        for name in names {
+                            out.push(DomainDigest {
+                                level: g.level,
+                                name,
+                                zone: g.zone.clone(),
+                                counts: counts.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl PoolDigest {
@@ -278,6 +414,163 @@ mod tests {
         assert!(c.take(2, 8));
         assert_eq!(c.free(), 0);
         assert_eq!(c.allocated, 19);
+    }
+
+    /// Racks with varied, partly identical counts, in a zone order the encoder must keep.
+    fn varied_pool() -> PoolDigest {
+        let mut domains = Vec::new();
+        for z in 0..3u32 {
+            let mut c = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 4]);
+            c.allocated = z;
+            domains.push(DomainDigest {
+                level: TopologyLevel::Zone,
+                name: format!("z{z}"),
+                zone: None,
+                counts: c,
+            });
+        }
+        for r in 0..40u32 {
+            // Runs of identical racks (r / 4) with some unhealthy and cordoned ones.
+            let k = (r / 4) as usize % 9;
+            let mut hist = vec![0u32; 9];
+            hist[k] = 4;
+            let mut c = counts(&hist);
+            c.allocated = 32 - 4 * k as u32;
+            c.unhealthy = if r % 13 == 0 { 8 } else { 0 };
+            c.cordoned = if r % 17 == 5 { 8 } else { 0 };
+            domains.push(DomainDigest {
+                level: TopologyLevel::Rack,
+                name: format!("z{}-r{r}", r % 3),
+                zone: Some(format!("z{}", r % 3)),
+                counts: c,
+            });
+        }
+        PoolDigest {
+            pool: "train".into(),
+            kind: PoolKind::Training,
+            flavor: "H100".into(),
+            counts: counts(&[0, 0, 0, 0, 0, 0, 0, 0, 12]),
+            domains,
+        }
+    }
+
+    #[test]
+    fn grouped_domains_round_trip_in_order() {
+        let p = varied_pool();
+        let json = serde_json::to_string(&p).unwrap();
+        let back: PoolDigest = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, p, "{json}");
+        let msgpack = rmp_serde::to_vec_named(&p).unwrap();
+        let back: PoolDigest = rmp_serde::from_slice(&msgpack).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn identical_consecutive_racks_share_a_row() {
+        let mut p = pool();
+        let b = p.domains[1].clone();
+        p.domains.insert(
+            2,
+            DomainDigest {
+                name: "c".into(),
+                ..b
+            },
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        let groups = v["domains"].as_array().unwrap();
+        // racks a, b, c (zone None) then the zone: two groups; b and c share one row.
+        assert_eq!(groups.len(), 2, "{v}");
+        let rows = groups[0]["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{v}");
+        assert_eq!(rows[1][2], serde_json::json!(["b", "c"]));
+        assert_eq!(
+            rows[1][0],
+            serde_json::json!([32]),
+            "zero counters left out"
+        );
+        let back: PoolDigest = serde_json::from_value(v).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn the_one_object_per_domain_form_is_still_read() {
+        let p = pool();
+        let mut v = serde_json::to_value(&p).unwrap();
+        let legacy: Vec<serde_json::Value> = p
+            .domains
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "level": d.level, "name": d.name,
+                    "counts": {"total": d.counts.total, "freeHistogram": d.counts.free_histogram},
+                })
+            })
+            .collect();
+        v["domains"] = serde_json::Value::Array(legacy);
+        let back: PoolDigest = serde_json::from_value(v).unwrap();
+        assert_eq!(back, p);
+    }
+
+    /// The worst case for grouping: 625 racks of 8 nodes (a 5,000-node member), no two
+    /// consecutive racks alike, every histogram at its full 9 buckets.
+    #[test]
+    fn a_5000_node_pool_without_identical_racks_fits_32_kib() {
+        let mut domains = Vec::new();
+        for z in 0..5u32 {
+            domains.push(DomainDigest {
+                level: TopologyLevel::Zone,
+                name: format!("z{z}"),
+                zone: None,
+                counts: counts(&[100, 100, 100, 100, 100, 100, 100, 100, 200]),
+            });
+        }
+        for r in 0..625u32 {
+            let mut hist = vec![1u32; 9];
+            hist[(r % 8) as usize] = 0;
+            hist[8] = 1 + r % 2;
+            let mut c = counts(&hist);
+            c.total = 64;
+            c.allocated = 64 - free_in(&hist) as u32 % 64;
+            c.unhealthy = r % 3;
+            domains.push(DomainDigest {
+                level: TopologyLevel::Rack,
+                name: format!("z{}-r{r}", r % 5),
+                zone: Some(format!("z{}", r % 5)),
+                counts: c,
+            });
+        }
+        domains[5..].sort_by(|a, b| a.zone.cmp(&b.zone));
+        let p = PoolDigest {
+            pool: "train".into(),
+            kind: PoolKind::Training,
+            flavor: "H100".into(),
+            counts: counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5000]),
+            domains,
+        };
+        let json = serde_json::to_vec(&p).unwrap();
+        let legacy: usize = p
+            .domains
+            .iter()
+            .map(|d| serde_json::to_vec(d).unwrap().len() + 1)
+            .sum();
+        assert!(json.len() <= 32 * 1024, "{} bytes", json.len());
+        assert!(json.len() * 2 < legacy, "{} vs {legacy} bytes", json.len());
+        let back: PoolDigest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, p);
+        eprintln!(
+            "625 distinct racks: {} bytes grouped, {legacy} one object each",
+            json.len()
+        );
+    }
+
+    #[test]
+    fn bad_rows_are_refused() {
+        let mut v = serde_json::to_value(pool()).unwrap();
+        v["domains"] =
+            serde_json::json!([{"level": "rack", "rows": [[[1, 2, 3, 4, 5], [1], ["a"]]]}]);
+        assert!(serde_json::from_value::<PoolDigest>(v.clone()).is_err());
+        v["domains"] = serde_json::json!([{"level": "rack", "rows": [[[8], [1], []]]}]);
+        assert!(serde_json::from_value::<PoolDigest>(v).is_err());
     }
 
     #[test]

@@ -99,7 +99,7 @@ mod tests {
     use tideway_api::PoolKind;
 
     /// The design's target for one digest, sent every few seconds per member.
-    const DIGEST_TARGET_BYTES: usize = 64 * 1024;
+    const DIGEST_TARGET_BYTES: usize = 32 * 1024;
 
     fn sums(d: &CapacityDigest) -> BTreeMap<(String, String), u64> {
         d.pools
@@ -213,5 +213,15 @@ mod tests {
             DIGEST_TARGET_BYTES / 1024
         );
         assert!(json.len() <= DIGEST_TARGET_BYTES, "{} bytes", json.len());
+        let back: CapacityDigest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, d, "the compact form round-trips");
+        let rows: usize =
+            serde_json::from_slice::<serde_json::Value>(&json).unwrap()["pools"][0]["domains"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["rows"].as_array().map_or(1, Vec::len))
+                .sum();
+        assert!(rows <= 630, "one row per domain at most: {rows}");
     }
 }
