@@ -495,7 +495,11 @@ impl<'a> Cycle<'a> {
                 self.on_cluster[ci].push(self.running.len() as u32);
             }
             let side = FleetSide::of_class(w.spec.class);
-            if let Some(ci) = cluster {
+            // Work being evicted is leaving: its side no longer holds those GPUs, or every
+            // reclaim in flight would look like excess still to take.
+            if let Some(ci) = cluster
+                && r.preempting_for.is_none()
+            {
                 self.sides.charge(side, &input.clusters[ci].region, &gpus);
             }
             self.sides.runs.push((side, cluster));
@@ -964,9 +968,11 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+        let checkpoints = self.checkpoint_notices();
         SchedulerOutput {
             decisions: self.decisions,
             stats,
+            checkpoints,
         }
     }
 }
