@@ -495,11 +495,7 @@ impl<'a> Cycle<'a> {
                 self.on_cluster[ci].push(self.running.len() as u32);
             }
             let side = FleetSide::of_class(w.spec.class);
-            // Work being evicted is leaving: its side no longer holds those GPUs, or every
-            // reclaim in flight would look like excess still to take.
-            if let Some(ci) = cluster
-                && r.preempting_for.is_none()
-            {
+            if let Some(ci) = cluster {
                 self.sides.charge(side, &input.clusters[ci].region, &gpus);
             }
             self.sides.runs.push((side, cluster));

@@ -337,11 +337,6 @@ impl Cycle<'_> {
             let r = &mut self.running[ri as usize];
             r.terminating = true;
             victims.push(r.uid.as_str().into());
-            if let Some(&(side, Some(ci))) = self.sides.runs.get(ri as usize) {
-                let gpus = r.gpus.clone();
-                let region = self.clusters[ci].region.clone();
-                self.sides.uncharge(side, &region, &gpus);
-            }
         }
         self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
         self.admit(idx, q);

@@ -19,7 +19,7 @@
 use chrono::{DateTime, Utc};
 use tideway_api::{Preemptibility, PreemptionScope, ReclaimOrder};
 
-use super::cycle::{Cycle, HoldKind, may_preempt};
+use super::cycle::{Cycle, may_preempt};
 use super::decision::VictimTier;
 use super::hash::DetMap;
 use super::input::QuotaOverride;
@@ -101,19 +101,6 @@ impl SideBook {
         Self {
             entries,
             runs: Vec::new(),
-        }
-    }
-
-    /// Takes back GPUs of `side` in `region`: work chosen as a victim is leaving.
-    pub fn uncharge(&mut self, side: FleetSide, region: &str, gpus: &[(usize, u64)]) {
-        for e in &mut self.entries {
-            if e.side == side && e.covers(region) {
-                for (f, n) in gpus {
-                    if *f == e.flavor {
-                        e.used = e.used.saturating_sub(*n);
-                    }
-                }
-            }
         }
     }
 
@@ -207,12 +194,9 @@ impl Cycle<'_> {
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
-            // A reservation holds the cluster; a preemption hold does not stop another
-            // reclaim there: its victims are marked leaving and never chosen twice, so
-            // reclaims for a morning's replicas run side by side instead of one per
-            // cluster per grace period.
-            if let Some(h) = self.blocking_hold(ci, idx, s, effective, runtime, None)
-                && self.holds[h].kind == HoldKind::Reservation
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_some()
             {
                 continue;
             }

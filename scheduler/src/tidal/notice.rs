@@ -11,8 +11,9 @@
 //!
 //! Which work: running, checkpointable work of the losing side in the schedule's regions,
 //! in the order reclaim would take it (not started, then least work lost, then lowest
-//! priority), until what is left is within the coming quota. Work that has not started
-//! or has already checkpointed counts toward that without a notice.
+//! priority), until what is left is within the coming quota. Work that has not started,
+//! is already being reclaimed, or has checkpointed since the hand-over began counts toward
+//! that without a notice.
 
 use super::super::cycle::{Cycle, secs_between};
 use super::super::decision::{CheckpointNotice, VictimTier};
@@ -42,7 +43,6 @@ impl Cycle<'_> {
                 };
                 if side != e.side
                     || taken[ri]
-                    || r.terminating
                     || !e.covers(&self.clusters[ci].region)
                     || (r.tier != VictimTier::NotStarted && !r.checkpointable)
                 {
@@ -54,8 +54,15 @@ impl Cycle<'_> {
                     .filter(|(f, _)| *f == e.flavor)
                     .map(|(_, n)| *n)
                     .sum();
+                // Work already being reclaimed has its notice (the preemption's grace):
+                // it counts first, like work not started.
+                let tier = if r.terminating {
+                    VictimTier::NotStarted
+                } else {
+                    r.tier
+                };
                 if gpus > 0 {
-                    cands.push((r.tier, r.work_lost_seconds, r.base, ri, gpus));
+                    cands.push((tier, r.work_lost_seconds, r.base, ri, gpus));
                 }
             }
             cands.sort_unstable();
