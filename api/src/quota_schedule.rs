@@ -537,6 +537,13 @@ pub struct Transition {
     pub checkpoint_grace_seconds: u64,
     /// Which over-quota work is preempted first after a boundary.
     pub reclaim_order: ReclaimOrder,
+    /// How long before a boundary the hand-over starts: from then on the side whose quota
+    /// rises may reclaim what the other side holds beyond its coming quota, and that work
+    /// gets a checkpoint notice (checkpoint now, keep running). Set it to the checkpoint
+    /// grace (or more) and the winning side's guarantee is usable AT the boundary instead
+    /// of a grace period after it. Absent: the hand-over starts at the boundary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handover_lead_seconds: Option<u64>,
 }
 
 impl Default for Transition {
@@ -545,6 +552,7 @@ impl Default for Transition {
             lead_time_seconds: 900,
             checkpoint_grace_seconds: 600,
             reclaim_order: ReclaimOrder::default(),
+            handover_lead_seconds: None,
         }
     }
 }
@@ -724,6 +732,14 @@ impl CheckAt for QuotaScheduleSpec {
             0,
             MAX_TRANSITION_SECONDS,
         );
+        if let Some(h) = t.handover_lead_seconds {
+            c.range(
+                at(p, "transition.handoverLeadSeconds"),
+                h,
+                0,
+                MAX_TRANSITION_SECONDS,
+            );
+        }
 
         let sp = at(p, "scope");
         let s = &self.scope;
@@ -1029,6 +1045,7 @@ mod tests {
         let dup = s.spec.windows[1].quotas[0].clone();
         s.spec.windows[1].quotas.push(dup);
         s.spec.transition.lead_time_seconds = MAX_TRANSITION_SECONDS + 1;
+        s.spec.transition.handover_lead_seconds = Some(MAX_TRANSITION_SECONDS + 1);
         let errs = s.validate().unwrap_err();
         for field in [
             "spec.timeZone",
@@ -1039,6 +1056,7 @@ mod tests {
             "spec.windows[1].quotas[0].share",
             "spec.windows[1].quotas[2]",
             "spec.transition.leadTimeSeconds",
+            "spec.transition.handoverLeadSeconds",
         ] {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }

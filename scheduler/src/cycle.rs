@@ -983,9 +983,11 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+        let checkpoints = self.checkpoint_notices();
         SchedulerOutput {
             decisions: self.decisions,
             stats,
+            checkpoints,
         }
     }
 }

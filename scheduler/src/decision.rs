@@ -125,4 +125,20 @@ pub struct SchedulerStats {
 pub struct SchedulerOutput {
     pub decisions: Vec<Decision>,
     pub stats: SchedulerStats,
+    /// Running work to checkpoint now and keep running: the losing side's work beyond its
+    /// coming quota at a tidal hand-over (see `tidal::notice`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<CheckpointNotice>,
+}
+
+/// "Checkpoint now, keep running": the work may be reclaimed soon, so what it has done
+/// should be saved by `deadline`. Not a preemption: nothing stops unless the other side
+/// needs the capacity, and then through an ordinary `Preempt` with its grace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointNotice {
+    pub uid: Uid,
+    pub cluster: ClusterName,
+    /// Checkpoint by then: the boundary the hand-over belongs to.
+    pub deadline: DateTime<Utc>,
 }

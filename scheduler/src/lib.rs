@@ -49,7 +49,9 @@ mod routing;
 pub mod tidal;
 pub mod usage;
 
-pub use decision::{Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier};
+pub use decision::{
+    CheckpointNotice, Decision, PreemptionCost, SchedulerOutput, SchedulerStats, VictimTier,
+};
 pub use error::InputError;
 pub use estimator::{Estimate, EstimateBasis, EstimatorConfig, RuntimeEstimator};
 pub use explain::{ClusterVerdict, Explanation, Unblock, Verdict};

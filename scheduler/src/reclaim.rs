@@ -40,11 +40,30 @@ pub struct SideEntry {
     pub boundary: Option<DateTime<Utc>>,
     pub next_guaranteed: Option<u64>,
     pub lead_seconds: u64,
+    /// How long before `boundary` the next guarantee governs reclaim (the hand-over).
+    pub handover_seconds: u64,
 }
 
 impl SideEntry {
-    fn covers(&self, region: &str) -> bool {
+    pub fn covers(&self, region: &str) -> bool {
         self.regions.is_empty() || self.regions.iter().any(|r| r == region)
+    }
+
+    /// When the hand-over to the next window starts, if a next window names this side.
+    pub fn handover_at(&self) -> Option<DateTime<Utc>> {
+        let lead = chrono::Duration::seconds(i64::try_from(self.handover_seconds).unwrap_or(0));
+        self.next_guaranteed?;
+        self.boundary.map(|b| b - lead)
+    }
+
+    /// The guarantee reclaim works with at `now`: the next window's from the start of the
+    /// hand-over (for the side that gains, so its guarantee is usable at the boundary; for
+    /// the side that loses, so what it holds beyond its coming quota is what may go).
+    pub fn guarantee_at(&self, now: DateTime<Utc>) -> u64 {
+        match (self.handover_at(), self.next_guaranteed) {
+            (Some(h), Some(next)) if now >= h => next,
+            _ => self.guaranteed,
+        }
     }
 }
 
@@ -75,6 +94,7 @@ impl SideBook {
                     boundary: h.map(|h| h.boundary),
                     next_guaranteed: h.and_then(|h| h.next_guaranteed).map(u64::from),
                     lead_seconds: h.map_or(0, |h| h.lead_seconds),
+                    handover_seconds: h.map_or(0, |h| h.handover_seconds),
                 })
             })
             .collect();
@@ -199,7 +219,7 @@ impl Cycle<'_> {
                         .filter(|(f, _)| *f == e.flavor)
                         .map(|(_, n)| *n)
                         .sum::<u64>();
-                    e.used.saturating_add(ask) <= e.guaranteed
+                    e.used.saturating_add(ask) <= e.guarantee_at(self.now)
                 });
             if !within {
                 continue;
@@ -210,7 +230,7 @@ impl Cycle<'_> {
             let mut excess: DetMap<usize, u64> = DetMap::default();
             for (i, e) in self.sides.entries.iter().enumerate() {
                 if e.side != side && e.covers(region) {
-                    excess.insert(i, e.used.saturating_sub(e.guaranteed));
+                    excess.insert(i, e.used.saturating_sub(e.guarantee_at(self.now)));
                 }
             }
             let candidates = self.reclaim_order(ci, s, order, |ri| {

@@ -97,6 +97,9 @@ pub struct JobRecord {
     pub reject_reason: Option<String>,
     /// Pending reasons seen, as a bit set over [`REASONS`].
     pub reasons_seen: u16,
+    /// Each wait to run again after an eviction (to the restart, the deletion or the end
+    /// of the run), in seconds.
+    pub rewaits: Vec<Secs>,
 }
 
 impl JobRecord {

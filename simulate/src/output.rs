@@ -194,6 +194,7 @@ mod tests {
                 outcome: Outcome::Rejected,
                 reject_reason: Some("queue a, b".into()),
                 reasons_seen: 0b11,
+                rewaits: Vec::new(),
             }],
         };
         let ts = String::from_utf8(timeseries(&out).unwrap()).unwrap();

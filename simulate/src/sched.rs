@@ -25,8 +25,8 @@ use rustc_hash::FxHashSet;
 use tideway_api::Policy;
 use tideway_api::Workload;
 use tideway_scheduler::{
-    Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation, RunningWorkload,
-    RuntimeEstimator, SchedulerInput, SchedulerOutput, schedule,
+    CheckpointNotice, Decision, Gangs, PendingWorkload, PreemptionBudget, QuotaBook, Reservation,
+    RunningWorkload, RuntimeEstimator, SchedulerInput, SchedulerOutput, schedule,
 };
 
 use super::aggregate::{Aggregates, GroupKey, Names};
@@ -612,8 +612,37 @@ impl Engine {
         }
         let old_reservations = std::mem::take(&mut st.reservations);
         self.put_sched(st);
+        self.apply_checkpoints(&out.checkpoints);
         let assigned = self.apply_decisions(out.decisions, &old_reservations);
         (assigned, truncated)
+    }
+
+    /// Carries out checkpoint notices: the running attempt saves its work now and keeps
+    /// running (the member's report of the checkpoint is the running view's
+    /// `lastCheckpointAt`, which the core reads so as not to ask again).
+    fn apply_checkpoints(&mut self, notices: &[CheckpointNotice]) {
+        if notices.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let mut done = 0;
+        for n in notices {
+            let Some(j) = self.jobs().id(n.uid.as_str()) else {
+                continue;
+            };
+            if self.jobs().running_since(j).is_none() {
+                continue;
+            }
+            let pos = self.jobs().active_pos(j);
+            self.checkpoint(j, now);
+            if let Some(st) = self.sched_mut()
+                && let Some(r) = pos.and_then(|p| st.input.running.get_mut(p as usize))
+            {
+                r.last_checkpoint_at = Some(to_utc(now));
+            }
+            done += 1;
+        }
+        self.note_checkpoints(done);
     }
 
     /// Carries out a cycle's decisions; returns how many workloads were assigned.

@@ -28,6 +28,8 @@ pub const DEFAULT_WINDOW: &str = "(default)";
 /// The schedules of a run, their recorded windows and their accounts.
 pub(crate) struct Tides {
     tracks: Vec<Track>,
+    /// Checkpoint notices carried out (see `tidal::notice` in the core).
+    notices: u64,
 }
 
 struct Track {
@@ -50,6 +52,9 @@ struct WindowAcc {
     inference_gpu_secs: u128,
     training_gpu_secs: u128,
     capacity_gpu_secs: u128,
+    /// Capacity training could have used: what inference left open, capped by the GPUs
+    /// training ran plus those its waiting work asked for.
+    usable_gpu_secs: u128,
 }
 
 impl Tides {
@@ -100,7 +105,7 @@ impl Tides {
             t.plan(start);
             tracks.push(t);
         }
-        (!tracks.is_empty()).then_some(Self { tracks })
+        (!tracks.is_empty()).then_some(Self { tracks, notices: 0 })
     }
 
     /// The next instant after `now` at which a window changes or a lead time begins.
@@ -142,6 +147,11 @@ impl Tides {
         woke
     }
 
+    /// `n` more checkpoint notices were carried out.
+    pub fn noticed(&mut self, n: usize) {
+        self.notices += n as u64;
+    }
+
     /// The quota overrides of every schedule in its recorded window, for a cycle at `now`.
     pub fn overrides(
         &self,
@@ -155,9 +165,10 @@ impl Tides {
             .collect()
     }
 
-    /// `dt` seconds passed with `alloc[c]` GPUs of each side running on member `c`. The
-    /// engine counts only time up to the last arrival.
-    pub fn integrate(&mut self, dt: Secs, alloc: &[[u64; 2]]) {
+    /// `dt` seconds passed with `alloc[c]` GPUs of each side running on member `c` and
+    /// `waiting_training` GPUs asked by training work waiting anywhere. The engine counts
+    /// only time up to the last arrival.
+    pub fn integrate(&mut self, dt: Secs, alloc: &[[u64; 2]], waiting_training: u64) {
         if dt <= 0 {
             return;
         }
@@ -180,6 +191,9 @@ impl Tides {
             acc.inference_gpu_secs += u128::from(inf) * dt128;
             acc.training_gpu_secs += u128::from(tr) * dt128;
             acc.capacity_gpu_secs += u128::from(t.capacity) * dt128;
+            let open = t.capacity.saturating_sub(inf);
+            let usable = open.min(tr.saturating_add(waiting_training));
+            acc.usable_gpu_secs += u128::from(usable) * dt128;
         }
     }
 
@@ -201,18 +215,26 @@ impl Tides {
                 lost += r.lost_gpu_seconds;
                 continue;
             }
+            // The first wait, and each wait to run again after an eviction (a replica
+            // reclaimed while it serves is demand not granted as much as one not started).
             let waited_until = r.start.or(r.end).unwrap_or(end);
-            let beyond = (waited_until - r.submit - grace).max(0);
-            if beyond > 0 {
-                late += 1;
-                unserved += u128::from(r.gpus) * beyond as u128;
+            let waits = std::iter::once(waited_until - r.submit).chain(r.rewaits.iter().copied());
+            let mut was_late = false;
+            for w in waits {
+                let beyond = (w - grace).max(0);
+                if beyond > 0 {
+                    was_late = true;
+                    unserved += u128::from(r.gpus) * beyond as u128;
+                }
             }
+            late += u64::from(was_late);
         }
         TidalSummary {
             grace_seconds: grace as u64,
             unserved_inference_gpu_hours: hours(unserved),
             inference_waits_beyond_grace: late,
             training_work_lost_gpu_hours: lost as f64 / 3600.0,
+            checkpoint_notices: self.notices,
             schedules: self.tracks.iter().map(Track::summary).collect(),
         }
     }
@@ -248,6 +270,7 @@ impl Track {
                             inference_gpu_hours: hours(a.inference_gpu_secs),
                             training_gpu_hours: hours(a.training_gpu_secs),
                             training_share_of_open: ratio(a.training_gpu_secs, open),
+                            training_share_of_usable: ratio(a.training_gpu_secs, a.usable_gpu_secs),
                             utilization: ratio(
                                 a.inference_gpu_secs + a.training_gpu_secs,
                                 a.capacity_gpu_secs,
@@ -284,14 +307,17 @@ pub struct TidalSummary {
     /// this counts as not granted.
     pub grace_seconds: u64,
     /// Inference GPU demand not granted within the grace period: per inference workload,
-    /// its GPUs times the time it waited beyond the grace (until it started, was deleted,
-    /// or the run ended).
+    /// its GPUs times the time it waited beyond the grace, counted per wait: from arrival
+    /// to its first start, and from each eviction (a reclaim) to its restart; a wait ends
+    /// when it starts, is deleted, or the run ends.
     pub unserved_inference_gpu_hours: f64,
-    /// Inference workloads that waited longer than the grace period.
+    /// Inference workloads that waited longer than the grace period (first or again).
     pub inference_waits_beyond_grace: u64,
     /// Training-side work lost to preemption and reclaim (GPU time since the last
     /// checkpoint).
     pub training_work_lost_gpu_hours: f64,
+    /// Checkpoint notices ("checkpoint now, keep running") carried out at hand-overs.
+    pub checkpoint_notices: u64,
     pub schedules: Vec<ScheduleSummary>,
 }
 
@@ -316,9 +342,15 @@ pub struct WindowSummary {
     pub capacity_gpu_hours: f64,
     pub inference_gpu_hours: f64,
     pub training_gpu_hours: f64,
-    /// Training GPU time over the capacity inference left open: the share of what
-    /// training could have used that it did use.
+    /// Training GPU time over the capacity inference left open (capacity minus inference
+    /// GPU time): how much of the open capacity training filled, whether or not it had
+    /// work for it.
     pub training_share_of_open: Option<f64>,
+    /// Training GPU time over the capacity training could have used: at each instant,
+    /// what inference left open, capped by the GPUs training ran plus those its waiting
+    /// work asked for (a backlog that has run dry cannot fill the night; a scheduler that
+    /// leaves waiting work idle on open capacity scores below 1).
+    pub training_share_of_usable: Option<f64>,
     /// Both sides' GPU time over the capacity.
     pub utilization: Option<f64>,
 }
@@ -399,16 +431,23 @@ mod tests {
         tides.tracks[0].capacity = 10;
         tides.tracks[0].in_scope = vec![true, false];
         let alloc = [[2, 6], [5, 5]];
-        tides.integrate(3600, &alloc);
+        tides.integrate(3600, &alloc, 0);
         assert!(tides.advance(t("2030-01-01T21:00:00Z")));
-        tides.integrate(7200, &[[1, 9], [0, 0]]);
+        tides.integrate(7200, &[[1, 9], [0, 0]], 5);
         let s = tides.finish(&[], t("2030-01-01T23:00:00Z"));
         let day = &s.schedules[0].windows["day"];
         assert_eq!(day.hours, 1.0);
         assert_eq!(day.inference_gpu_hours, 2.0, "member 1 is out of scope");
         assert_eq!(day.training_share_of_open, Some(6.0 / 8.0));
+        assert_eq!(
+            day.training_share_of_usable,
+            Some(1.0),
+            "nothing waited: training ran all it had"
+        );
         let night = &s.schedules[0].windows["night"];
         assert_eq!(night.training_gpu_hours, 18.0);
         assert_eq!(night.utilization, Some(1.0));
+        // Open 9 of 10, training ran 9 with 5 more waiting: usable 9, all used.
+        assert_eq!(night.training_share_of_usable, Some(1.0));
     }
 }

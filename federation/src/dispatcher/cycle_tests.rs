@@ -210,6 +210,7 @@ fn a_cycles_decisions_become_the_entry_that_changes_state() {
             },
         ],
         stats: Default::default(),
+        checkpoints: Vec::new(),
     };
     let now = t(60);
     let d = decisions_of(&s, &out, now);
@@ -253,6 +254,7 @@ fn a_cycles_decisions_become_the_entry_that_changes_state() {
             explanation,
         }],
         stats: Default::default(),
+        checkpoints: Vec::new(),
     };
     let d = decisions_of(&s, &pending_only, t(62));
     assert!(d.is_empty(), "{d:?}");

@@ -8,6 +8,7 @@
 
 mod admission;
 pub mod calendar;
+mod notice;
 
 use std::collections::BTreeMap;
 
@@ -75,6 +76,10 @@ pub struct Handover {
     /// Notice given to work reclaimed for the winning side.
     pub grace_seconds: u64,
     pub reclaim_order: ReclaimOrder,
+    /// From this long before the boundary the next window's guarantees govern reclaim
+    /// (the hand-over), so the winning side holds its guarantee AT the boundary.
+    #[serde(default)]
+    pub handover_seconds: u64,
 }
 
 impl Handover {
@@ -171,6 +176,7 @@ pub fn overrides(
                 lead_seconds: t.lead_time_seconds,
                 grace_seconds: t.checkpoint_grace_seconds,
                 reclaim_order: t.reclaim_order,
+                handover_seconds: t.handover_lead_seconds.unwrap_or(0),
             });
             let (queue, side, quota) = match &q.target {
                 QuotaTarget::Queue(name) => {

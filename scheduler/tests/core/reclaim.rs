@@ -45,6 +45,7 @@ fn side(side: FleetSide, gpus: u32, window: &str, grace: u64) -> QuotaOverride {
             lead_seconds: 0,
             grace_seconds: grace,
             reclaim_order: ReclaimOrder::LeastWorkLost,
+            handover_seconds: 0,
         }),
     }
 }
@@ -235,4 +236,125 @@ fn within_the_lead_time_the_losing_side_starts_only_what_fits_before_the_boundar
             out.decisions
         );
     }
+}
+
+/// A side's guarantee now and at a boundary `in_secs` from the fleet's clock, handing over
+/// `handover` seconds before it.
+fn side_until(
+    f: &Fleet,
+    side: FleetSide,
+    gpus: u32,
+    next: u32,
+    in_secs: i64,
+    handover: u64,
+) -> QuotaOverride {
+    let boundary = f.now + chrono::Duration::seconds(in_secs);
+    QuotaOverride {
+        queue: String::new(),
+        side: Some(side),
+        regions: Vec::new(),
+        quota: FlavorQuota::guaranteed("H100", gpus),
+        window: Some("night".into()),
+        until: Some(boundary),
+        handover: Some(Handover {
+            schedule: "tide".into(),
+            boundary,
+            next_guaranteed: Some(next),
+            lead_seconds: 0,
+            grace_seconds: 120,
+            reclaim_order: ReclaimOrder::LeastWorkLost,
+            handover_seconds: handover,
+        }),
+    }
+}
+
+/// Night, training fills the fleet (32 GPUs, guarantee 24, 8 at the boundary); inference
+/// (guarantee 8, 24 at the boundary) asks for 16 twenty minutes before the boundary.
+fn before_the_morning(handover: u64) -> Fleet {
+    let mut f = fleet();
+    f.overrides = vec![
+        side_until(&f, FleetSide::Training, 24, 8, 1200, handover),
+        side_until(&f, FleetSide::Inference, 8, 24, 1200, handover),
+    ];
+    for (i, age) in [(0, 3600), (1, 600), (2, 1800), (3, 60)] {
+        let w = with_checkpoint(workload(&format!("t{i}"), "train", "normal", "H100", 1, 8));
+        f.start_on(w, "c1", Some(f.now - chrono::Duration::seconds(age)));
+    }
+    f.submit(inference("serve-a", 2));
+    f
+}
+
+#[test]
+fn a_handover_lead_makes_the_winning_guarantee_usable_at_the_boundary() {
+    let mut f = before_the_morning(600);
+    // Before the hand-over: inference is beyond its night guarantee, nothing is reclaimed
+    // and nobody is asked to checkpoint yet.
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Pending { .. }),
+        "{:?}",
+        out.decisions
+    );
+    assert!(out.checkpoints.is_empty(), "{:?}", out.checkpoints);
+    // Nine minutes before the boundary the hand-over runs: the day guarantee governs, so
+    // the victims' grace (120 s) ends well before the boundary.
+    f.advance(660);
+    let out = f.cycle();
+    let Decision::Preempt {
+        victims,
+        grace_seconds,
+        ..
+    } = Fleet::decision(&out, "serve-a")
+    else {
+        panic!("expected a reclaim in the hand-over: {:?}", out.decisions);
+    };
+    assert_eq!(*grace_seconds, 120);
+    assert_eq!(victims.len(), 2);
+    // Training holds 32 and keeps 8: besides the two being reclaimed (t1 and t3, which
+    // have their grace), the next in reclaim order (t2, least work lost) is asked to
+    // checkpoint by the boundary and keep running; t0 stays within the coming quota.
+    let noticed: Vec<&str> = out.checkpoints.iter().map(|n| n.uid.as_str()).collect();
+    assert_eq!(noticed, ["t2"], "{:?}", out.checkpoints);
+    assert!(out.checkpoints.iter().all(
+        |n| n.deadline == f.now + chrono::Duration::seconds(540) && n.cluster.as_str() == "c1"
+    ));
+}
+
+#[test]
+fn without_a_handover_lead_reclaim_waits_for_the_boundary() {
+    let mut f = before_the_morning(0);
+    f.advance(660);
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Pending { .. }),
+        "{:?}",
+        out.decisions
+    );
+    // The notice comes a grace period (120 s) before the boundary, not nine minutes.
+    assert!(out.checkpoints.is_empty(), "{:?}", out.checkpoints);
+    f.advance(480);
+    let out = f.cycle();
+    assert_eq!(out.checkpoints.len(), 3, "{:?}", out.checkpoints);
+}
+
+#[test]
+fn work_that_checkpointed_since_the_handover_began_is_not_asked_again() {
+    let mut f = fleet();
+    f.overrides = vec![
+        side_until(&f, FleetSide::Training, 24, 8, 300, 600),
+        side_until(&f, FleetSide::Inference, 8, 24, 300, 600),
+    ];
+    // Started an hour ago; t0 and t1 checkpointed a minute ago (inside the hand-over).
+    for i in 0..4 {
+        let mut w = with_checkpoint(workload(&format!("t{i}"), "train", "normal", "H100", 1, 8));
+        if i < 2 {
+            w.spec.checkpoint.as_mut().unwrap().last_checkpoint_at =
+                Some(f.now - chrono::Duration::seconds(60));
+        }
+        f.start_on(w, "c1", Some(f.now - chrono::Duration::seconds(3600)));
+    }
+    let out = f.cycle();
+    // 24 GPUs must go: the two fresh checkpoints count without a notice, one more is asked.
+    assert_eq!(out.checkpoints.len(), 1, "{:?}", out.checkpoints);
+    assert!(["t2", "t3"].contains(&out.checkpoints[0].uid.as_str()));
 }

@@ -12,6 +12,7 @@ use tideway_api::Workload;
 use tideway_scheduler::Gangs;
 
 use super::super::metrics::{self, JobRecord, Outcome};
+use super::super::tidal::side_index;
 use super::super::time::Secs;
 use super::super::trace::Job;
 
@@ -53,6 +54,12 @@ struct JobState {
     pool: Option<String>,
     run_start: Secs,
     first_start: Option<Secs>,
+    /// Seconds into the current attempt of its last checkpoint notice (0: none).
+    noticed_at_ran: u64,
+    /// When it was last evicted, while it waits to run again.
+    evicted_at: Option<Secs>,
+    /// Each wait to run again after an eviction, in seconds.
+    rewaits: Vec<Secs>,
     end: Option<Secs>,
     /// GPUs held per global pool while running.
     held: Vec<(u32, u64)>,
@@ -140,6 +147,8 @@ pub(crate) struct Jobs {
     /// Pending jobs asking for each flavor id: the core's "does anyone else wait for this
     /// flavor" test must see the same answer from a partial pending view.
     pending_by_flavor: Vec<u64>,
+    /// GPUs asked by pending jobs per fleet side (see `tidal::side_index`).
+    pending_gpus_by_side: [u64; 2],
     /// Jobs assigned or running, in no particular order.
     active: Vec<u32>,
 }
@@ -166,6 +175,9 @@ impl Jobs {
                 pool: None,
                 run_start: 0,
                 first_start: None,
+                noticed_at_ran: 0,
+                evicted_at: None,
+                rewaits: Vec::new(),
                 end: None,
                 held: Vec::new(),
                 preemptions: 0,
@@ -202,6 +214,7 @@ impl Jobs {
             by_size,
             pending_count: 0,
             pending_by_flavor: Vec::new(),
+            pending_gpus_by_side: [0; 2],
             active: Vec::new(),
         };
         (table, duplicates)
@@ -244,6 +257,11 @@ impl Jobs {
     /// Pending jobs asking for flavor id `f`.
     pub fn pending_on_flavor(&self, f: usize) -> u64 {
         self.pending_by_flavor.get(f).copied().unwrap_or(0)
+    }
+
+    /// GPUs asked by pending jobs of each fleet side: [inference, training].
+    pub fn pending_gpus_by_side(&self) -> [u64; 2] {
+        self.pending_gpus_by_side
     }
 
     pub fn pending_count(&self) -> usize {
@@ -347,6 +365,7 @@ impl Jobs {
         let gpus: u64 = s.request.iter().map(|(_, g)| g).sum();
         if self.queues[q].pending.insert(key, j).is_none() {
             self.pending_count += 1;
+            self.pending_gpus_by_side[side_index(self.jobs[j as usize].class)] += gpus;
             for &(f, _) in &s.request {
                 if self.pending_by_flavor.len() <= f {
                     self.pending_by_flavor.resize(f + 1, 0);
@@ -367,6 +386,8 @@ impl Jobs {
         let gpus: u64 = s.request.iter().map(|(_, g)| g).sum();
         if self.queues[q].pending.remove(&key).is_some() {
             self.pending_count -= 1;
+            let side = &mut self.pending_gpus_by_side[side_index(self.jobs[j as usize].class)];
+            *side = side.saturating_sub(gpus);
             for &(f, _) in &s.request {
                 if let Some(n) = self.pending_by_flavor.get_mut(f) {
                     *n = n.saturating_sub(1);
@@ -450,6 +471,10 @@ impl Jobs {
         s.phase = Phase::Running;
         s.run_start = at;
         s.first_start.get_or_insert(at);
+        s.noticed_at_ran = 0;
+        if let Some(e) = s.evicted_at.take() {
+            s.rewaits.push((at - e).max(0));
+        }
         s.remaining
     }
 
@@ -472,6 +497,18 @@ impl Jobs {
         }
     }
 
+    /// A checkpoint notice reached the running attempt at `at`: it checkpoints then (what
+    /// it did so far is saved) and keeps running.
+    pub fn checkpoint(&mut self, j: u32, at: Secs) {
+        let ran = self.ran(j, at);
+        self.js[j as usize].noticed_at_ran = ran;
+    }
+
+    /// Seconds of the current attempt saved by its last checkpoint notice.
+    pub fn checkpointed(&self, j: u32) -> u64 {
+        self.js[j as usize].noticed_at_ran
+    }
+
     /// The attempt stopped at `at` after using `gpus`: counts its GPU time and takes it out
     /// of the active jobs. Returns the position it left there.
     pub fn stopped(&mut self, j: u32, gpus: u64, at: Secs) -> Option<usize> {
@@ -489,9 +526,10 @@ impl Jobs {
 
     /// The stopped attempt was preempted after running `ran` seconds on `gpus`, of which
     /// `saved` were checkpointed: the rest is lost and needs to run again.
-    pub fn evicted(&mut self, j: u32, ran: u64, saved: u64, gpus: u64) {
+    pub fn evicted(&mut self, j: u32, ran: u64, saved: u64, gpus: u64, at: Secs) {
         let s = &mut self.js[j as usize];
         s.end = None;
+        s.evicted_at = Some(at);
         s.preemptions += 1;
         s.lost_gpu_seconds += (ran - saved) * gpus;
         if let Some(r) = &mut s.remaining {
@@ -542,6 +580,17 @@ impl Jobs {
                 },
                 reject_reason: s.reject_reason.clone(),
                 reasons_seen: s.reasons_seen,
+                rewaits: s
+                    .rewaits
+                    .iter()
+                    .copied()
+                    .chain(s.evicted_at.map(|e| match s.phase {
+                        Phase::Removed | Phase::Done | Phase::TimedOut => {
+                            (s.end.unwrap_or(end) - e).max(0)
+                        }
+                        _ => (end - e).max(0),
+                    }))
+                    .collect(),
             })
             .collect()
     }

@@ -269,10 +269,11 @@ impl Engine {
         let ran = self.jobs.ran(j, at);
         self.stop(j, at);
         let saved = match self.settings.checkpoint_interval_seconds {
-            Some(every) => ran / every * every,
+            // The last periodic checkpoint, or a checkpoint notice's if later.
+            Some(every) => (ran / every * every).max(self.jobs.checkpointed(j).min(ran)),
             None => 0,
         };
-        self.jobs.evicted(j, ran, saved, gpus);
+        self.jobs.evicted(j, ran, saved, gpus, at);
         self.enqueue(j);
     }
 

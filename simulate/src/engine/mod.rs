@@ -401,7 +401,11 @@ impl Engine {
             // Windows are judged while work arrives, not over the drain of a backlog.
             if let Some(tides) = &mut self.tides {
                 let last = self.last_arrival;
-                tides.integrate(t.min(last) - self.now.min(last), &self.side_alloc);
+                tides.integrate(
+                    t.min(last) - self.now.min(last),
+                    &self.side_alloc,
+                    self.jobs.pending_gpus_by_side()[1],
+                );
             }
         }
         if self.now <= self.last_arrival && t > self.last_arrival {
@@ -510,6 +514,17 @@ impl Engine {
     }
 
     /// Runs an admission step at `at` even if nothing else happens then.
+    /// A checkpoint notice reached running job `j`.
+    pub(crate) fn checkpoint(&mut self, j: u32, at: Secs) {
+        self.jobs.checkpoint(j, at);
+    }
+
+    pub(crate) fn note_checkpoints(&mut self, n: usize) {
+        if let Some(t) = &mut self.tides {
+            t.noticed(n);
+        }
+    }
+
     pub(crate) fn wake_at(&mut self, at: Secs) {
         self.push_event(at, EventKind::Wake, 0);
     }

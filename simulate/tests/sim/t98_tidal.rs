@@ -3,8 +3,9 @@
 //! of `deploy/simulate/tidal/` and its static 50/50 and 70/30 baselines.
 //!
 //! The claims are directional (the docs give the figures of the full week): the schedule
-//! serves inference by day where a static even split cannot, and keeps the night's training
-//! share a static 70/30 split gets.
+//! serves inference by day where a static even split cannot, keeps the night's training
+//! share a static 70/30 split gets, and at night training fills at least 90% of the
+//! capacity it could use (open, and asked for by its running and waiting work).
 
 use std::path::PathBuf;
 
@@ -77,6 +78,16 @@ fn tidal_serves_daytime_inference_without_giving_up_night_training() {
         "tidal {:.3} vs 70/30 {:.3}",
         night(&tidal),
         night(&inference_heavy)
+    );
+
+    // Of the night capacity training could use (open, and asked for by its running and
+    // waiting work), it uses at least 90%.
+    let usable = window(&tidal, "night")
+        .training_share_of_usable
+        .unwrap_or(0.0);
+    assert!(
+        usable >= 0.9,
+        "night share of usable {usable:.3}: {tidal:#?}"
     );
 
     // What the even split buys instead: more training by day, at inference's expense.
