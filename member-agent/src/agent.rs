@@ -364,9 +364,27 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
+    run_with_ready(cfg, backend, stop, None).await
+}
+
+/// Like [`run`], telling `ready` once the member is registered and fenced: from then on what
+/// the backend runs is what the federation wants it to run (a local view may be shown).
+pub async fn run_with_ready<B: Backend>(
+    cfg: AgentConfig,
+    backend: Arc<B>,
+    stop: watch::Receiver<bool>,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<(), AgentError> {
     let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
     fence(&cfg, backend.as_ref(), &stop).await?;
     register(&cfg, &fed, backend.as_ref(), &stop).await?;
+    // Again once registered: a move the leader decided while this member was still NotReady
+    // may have applied between the first fence and the registration. After the registration
+    // is applied the member is Ready, and a later move of its work is refused by the state.
+    fence(&cfg, backend.as_ref(), &stop).await?;
+    if let Some(ready) = ready {
+        let _ = ready.send(());
+    }
     let tasks = vec![
         tokio::spawn(heartbeats(
             cfg.clone(),

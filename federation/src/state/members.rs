@@ -244,6 +244,17 @@ impl FederationState {
         uids: &[String],
         index: u64,
     ) -> CommandResult {
+        // The leader decided on a member it saw NotReady; if the member came back (registered
+        // or heartbeated) before this entry applied, its agent may already have fenced and
+        // resumed the work, so moving it now would run it twice. Nothing moves then.
+        let lost = self
+            .members
+            .get(cluster)
+            .and_then(|m| m.cluster.status.as_ref())
+            .is_some_and(|st| st.phase == MemberPhase::NotReady);
+        if !lost {
+            return CommandResult::Updated { count: 0 };
+        }
         let mut changed = 0u32;
         for uid in uids {
             let Some(rec) = self
@@ -887,6 +898,17 @@ mod tests {
     fn a_lost_member_s_work_is_fenced_requeued_and_fails_after_the_cap() {
         let mut s = setup(None);
         report(&mut s, 4, 1, LocalPhase::Running);
+        let lost = |s: &mut FederationState, idx: u64| {
+            s.apply(
+                idx,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: MemberPhase::NotReady,
+                    message: None,
+                    at: t(idx as i64),
+                },
+            );
+        };
         let recover = |s: &mut FederationState, idx: u64| {
             s.apply(
                 idx,
@@ -897,6 +919,10 @@ mod tests {
                 },
             )
         };
+        // Back before the move applied: nothing moves (its agent may have resumed the work).
+        assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 0 });
+        assert_eq!(phase(&s), WorkloadPhase::Running);
+        lost(&mut s, 5);
         assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 1 });
         assert_eq!(phase(&s), WorkloadPhase::Pending);
         let rec = &s.assignments["a"]["u1"];
@@ -924,6 +950,15 @@ mod tests {
         for (idx, attempt) in [(7, 2), (9, 3)] {
             s.apply(
                 idx,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: MemberPhase::Ready,
+                    message: None,
+                    at: t(idx as i64),
+                },
+            );
+            s.apply(
+                idx,
                 Command::Assign {
                     workload: "job".into(),
                     cluster: "a".into(),
@@ -932,6 +967,7 @@ mod tests {
                 },
             );
             assert_eq!(s.assignments["a"]["u1"].assignment.attempt, attempt);
+            lost(&mut s, idx + 1);
             recover(&mut s, idx + 1);
         }
         assert_eq!(
