@@ -257,14 +257,7 @@ impl Client {
         &self,
         params: &[(&str, String)],
     ) -> Result<crate::audit::AuditEventList, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/events", self.addr))
-            .query(params)
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        self.get_query("/v1/events", params).await
     }
 
     /// The usage report: `(name, value)` pairs of `GET /v1/usage`' parameters.
@@ -272,25 +265,12 @@ impl Client {
         &self,
         params: &[(&str, String)],
     ) -> Result<crate::usage::UsageReport, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/usage", self.addr))
-            .query(params)
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        self.get_query("/v1/usage", params).await
     }
 
     /// Webhooks with their delivery state.
     pub async fn webhooks(&self) -> Result<crate::webhook::WebhookList, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/webhooks", self.addr))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        self.get_json("/v1/webhooks").await
     }
 
     /// Deletes a webhook; answers it as it was.
@@ -331,13 +311,7 @@ impl Client {
 
     /// The node's view of the Raft group.
     pub async fn cluster_status(&self) -> Result<NodeStatus, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/cluster/status", self.addr))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        self.get_json("/v1/cluster/status").await
     }
 
     /// Removes a node from the group.
@@ -421,13 +395,7 @@ impl Client {
 
     /// Why a workload is where it is (`/v1/workloads/{id}/explain`).
     pub async fn explain(&self, id: &str) -> Result<ExplainResponse, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/workloads/{id}/explain", self.addr))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        self.decode(resp).await
+        self.get_json(&format!("/v1/workloads/{id}/explain")).await
     }
 
     /// Creates or replaces a Queue or PriorityClass from a JSON or YAML document; returns the
@@ -693,14 +661,23 @@ impl Client {
         self.decode(resp).await
     }
 
-    async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+    async fn get_query<Q: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &Q,
+    ) -> Result<T, ClientError> {
         let resp = self
             .http
             .get(format!("{}{path}", self.addr))
+            .query(query)
             .send()
             .await
             .map_err(|e| self.transport(e))?;
         self.decode(resp).await
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.get_query::<[(&str, &str)], T>(path, &[]).await
     }
 
     async fn post_json<B: Serialize, T: DeserializeOwned>(

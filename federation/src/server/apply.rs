@@ -119,27 +119,23 @@ pub async fn delete_role_binding(
     principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     Path(name): Path<String>,
 ) -> Result<Json<RoleBinding>, ApiError> {
-    st.read_barrier(false).await?;
-    if !st.read(|d| d.state.role_bindings.contains_key(&name))? {
-        return Err(ApiError::NotFound(format!(
-            "role binding '{name}' not found"
-        )));
-    }
-    let actor = principal.map(|axum::Extension(p)| p.subject);
-    let cmd = Command::DeleteRoleBinding {
-        name,
-        at: st.clock.now(),
-    };
-    match st
-        .proposer
-        .propose(Command::by(actor.as_deref(), cmd))
-        .await?
-    {
-        CommandResult::Created {
-            object: StoredObject::RoleBinding(b),
-        } => Ok(Json(*b)),
-        CommandResult::Rejected { rejection } => Err(rejection.into()),
-        other => Err(ApiError::unexpected(other)),
+    let deleted = st
+        .delete_named(
+            principal,
+            "role binding",
+            &name,
+            |d| d.state.role_bindings.contains_key(&name),
+            |at| Command::DeleteRoleBinding {
+                name: name.clone(),
+                at,
+            },
+        )
+        .await?;
+    match deleted {
+        StoredObject::RoleBinding(b) => Ok(Json(*b)),
+        other => Err(ApiError::Internal(format!(
+            "unexpected stored object {other:?}"
+        ))),
     }
 }
 

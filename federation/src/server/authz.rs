@@ -181,6 +181,12 @@ impl Access {
             (&Method::GET | &Method::HEAD, ["v1", "rolebindings", ..]) if !self.reads_all() => {
                 Err("reading role bindings needs the viewer role or above".into())
             }
+            // Fleet-wide figures and notification endpoints: not a single tenant's to read.
+            (&Method::GET | &Method::HEAD, ["v1", "usage" | "webhooks", ..])
+                if !self.reads_all() =>
+            {
+                Err(format!("{path} needs the viewer role or above"))
+            }
             (&Method::GET | &Method::HEAD, _) => Ok(()),
             (&Method::POST, ["v1", "workloads"]) if self.submitter() => Ok(()),
             (&Method::POST, ["v1", "workloads"]) => {
@@ -275,6 +281,10 @@ mod tests {
         assert!(admin.route(&get, "/v1/rolebindings").is_ok());
         assert!(viewer.route(&get, "/v1/rolebindings").is_ok());
         assert!(sub.route(&get, "/v1/rolebindings").is_err());
+        assert!(sub.route(&get, "/v1/usage").is_err());
+        assert!(sub.route(&get, "/v1/webhooks").is_err());
+        assert!(viewer.route(&get, "/v1/usage").is_ok());
+        assert!(viewer.route(&get, "/v1/webhooks").is_ok());
         assert!(op.route(&del, "/v1/rolebindings/x").is_err());
         assert!(sub.route(&post, "/v1/workloads").is_ok());
         assert!(viewer.route(&post, "/v1/workloads").is_err());

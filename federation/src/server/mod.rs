@@ -112,6 +112,34 @@ impl AppState {
         Ok(f(&d))
     }
 
+    /// Deletes a named object for `principal`: after a read barrier, an unknown name is a 404
+    /// that writes nothing; otherwise the command `cmd` makes (given the time) is proposed and
+    /// the deleted object answered.
+    pub async fn delete_named(
+        &self,
+        principal: Option<axum::Extension<tideway_api::auth::Principal>>,
+        what: &str,
+        name: &str,
+        exists: impl FnOnce(&StateMachineData) -> bool,
+        cmd: impl FnOnce(chrono::DateTime<chrono::Utc>) -> crate::state::command::Command,
+    ) -> Result<crate::state::command::StoredObject, ApiError> {
+        use crate::state::command::{Command, CommandResult};
+        self.read_barrier(false).await?;
+        if !self.read(exists)? {
+            return Err(ApiError::NotFound(format!("{what} '{name}' not found")));
+        }
+        let actor = principal.map(|axum::Extension(p)| p.subject);
+        let cmd = cmd(self.clock.now());
+        match self
+            .proposer
+            .propose(Command::by(actor.as_deref(), cmd))
+            .await?
+        {
+            CommandResult::Created { object } => Ok(object),
+            other => Err(ApiError::unexpected(other)),
+        }
+    }
+
     /// Makes the next local read linearizable: on the leader by ReadIndex, on a follower by
     /// asking the leader for its ReadIndex and waiting until this node has applied it.
     pub async fn read_barrier(&self, stale: bool) -> Result<(), ApiError> {

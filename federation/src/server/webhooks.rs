@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use tideway_api::webhook::{Webhook, WebhookList};
 
-use crate::state::command::{Command, CommandResult, StoredObject};
+use crate::state::command::{Command, StoredObject};
 
 use super::AppState;
 use super::error::ApiError;
@@ -38,24 +38,22 @@ pub async fn delete(
     principal: Option<axum::Extension<tideway_api::auth::Principal>>,
     Path(name): Path<String>,
 ) -> Result<Json<Webhook>, ApiError> {
-    st.read_barrier(false).await?;
-    if !st.read(|d| d.state.webhooks.contains_key(&name))? {
-        return Err(ApiError::NotFound(format!("webhook '{name}' not found")));
-    }
-    let actor = principal.map(|axum::Extension(p)| p.subject);
-    let cmd = Command::DeleteWebhook {
-        name,
-        at: st.clock.now(),
-    };
-    match st
-        .proposer
-        .propose(Command::by(actor.as_deref(), cmd))
-        .await?
-    {
-        CommandResult::Created {
-            object: StoredObject::Webhook(w),
-        } => Ok(Json(*w)),
-        CommandResult::Rejected { rejection } => Err(rejection.into()),
-        other => Err(ApiError::unexpected(other)),
+    let deleted = st
+        .delete_named(
+            principal,
+            "webhook",
+            &name,
+            |d| d.state.webhooks.contains_key(&name),
+            |at| Command::DeleteWebhook {
+                name: name.clone(),
+                at,
+            },
+        )
+        .await?;
+    match deleted {
+        StoredObject::Webhook(w) => Ok(Json(*w)),
+        other => Err(ApiError::Internal(format!(
+            "unexpected stored object {other:?}"
+        ))),
     }
 }
