@@ -159,18 +159,20 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
             let federation = a.federation(Vec::new())?;
             let cfg = a.agent_config(&sim.cluster, &sim.region, federation);
             // Nothing is shown before the work moved away while we were gone is stopped: the
-            // local view starts once the agent has fenced, registered and fenced again.
-            let view = tideway_agent::local_view::router(sim.backend.clone(), sim.cluster.clone());
-            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            // local view answers once the agent has fenced, registered and fenced again.
+            let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+            let view = tideway_agent::local_view::router(
+                sim.backend.clone(),
+                sim.cluster.clone(),
+                ready_rx,
+            );
             let agent = tokio::spawn(tideway_agent::agent::run_with_ready(
                 cfg,
                 Arc::new(sim.backend),
                 stop,
                 Some(ready_tx),
             ));
-            if ready_rx.await.is_ok()
-                && let Some(addr) = &a.listen
-            {
+            if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("listening on {addr}"))?;
