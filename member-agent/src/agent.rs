@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
-use tideway_api::agent::{Desired, Heartbeat, LocalStatus, RegisterRequest, StatusReport};
+use tideway_api::agent::{
+    Desired, Heartbeat, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
+};
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
@@ -150,10 +152,12 @@ fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
 /// its leader has confirmed it still leads, and says how long the agent may go on running its
 /// work after sending it ([`tideway_api::agent::HeartbeatAck::lease_ms`]); it moves a lost
 /// member's work only later than that. So when the lease runs out (the agent is cut off from
-/// the federation, or only reaches a node that no longer leads), the agent stops all its work
-/// before anyone else can start it. When a heartbeat is acknowledged again, the agent replays
-/// its assignments from the start (read linearizably): what was moved meanwhile is cancelled,
-/// the rest is started again and resumes from its checkpoint.
+/// the federation, or only reaches a node that no longer leads), the agent stops all its
+/// active work at once (evicted, as a preemption without grace) before anyone else can start
+/// it. When a heartbeat is acknowledged again it reports the evictions (the federation
+/// requeues that work, to resume from its checkpoint; reports for work it moved meanwhile are
+/// refused) and replays its assignments from the start, read linearizably, so the copies of
+/// moved work are deleted.
 #[derive(Clone, Default)]
 pub struct Lease(Arc<tokio::sync::Mutex<LeaseState>>);
 
@@ -199,7 +203,11 @@ impl Lease {
             return;
         }
         let uids: Vec<String> = match backend.statuses().await {
-            Ok(s) => s.into_iter().map(|s| s.uid).collect(),
+            Ok(s) => s
+                .into_iter()
+                .filter(|s| matches!(s.phase, LocalPhase::Running | LocalPhase::Pending))
+                .map(|s| s.uid)
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "lease lost, and the cluster's work cannot be listed; retrying");
                 return;
@@ -207,7 +215,7 @@ impl Lease {
         };
         let mut stopped = 0;
         for uid in &uids {
-            match backend.remove(uid).await {
+            match backend.preempt(uid, Duration::ZERO).await {
                 Ok(()) => stopped += 1,
                 Err(e) => {
                     tracing::warn!(%uid, error = %e, "lease lost, and the work cannot be stopped; retrying");
@@ -547,6 +555,85 @@ pub async fn run_with_ready<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::SimBackend;
+    use crate::sim::cluster::tests::{assignment, small, t};
+    use tideway_api::clock::ManualClock;
+
+    fn active(b: &SimBackend) -> Vec<String> {
+        let st = futures_statuses(b);
+        st.into_iter()
+            .filter(|s| matches!(s.phase, LocalPhase::Running | LocalPhase::Pending))
+            .map(|s| s.uid)
+            .collect()
+    }
+
+    fn futures_statuses(b: &SimBackend) -> Vec<LocalStatus> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(b.statuses()).expect("statuses")
+    }
+
+    #[test]
+    fn a_lapsed_lease_stops_all_work_and_a_renewal_resumes_with_a_replay() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        rt.block_on(b.ensure(&assignment("u1", 1, 8, None)))
+            .expect("ensure");
+        assert_eq!(active(&b), vec!["u1".to_string()]);
+        let lease = Lease::default();
+        let now = tokio::time::Instant::now();
+        rt.block_on(async {
+            // Before any acknowledged heartbeat nothing runs from the assignments.
+            assert!(!lease.0.lock().await.may_run(now));
+            lease.renew(now, Some(Duration::from_secs(3))).await;
+            let mut st = lease.0.lock().await;
+            assert!(st.may_run(now + Duration::from_secs(2)));
+            // Within the lease: enforce leaves the work alone.
+            Lease::enforce(&mut st, &b).await;
+            assert!(!st.suspended);
+            // Run out: everything stops, and stays stopped.
+            st.until = Some(now - Duration::from_millis(1));
+            Lease::enforce(&mut st, &b).await;
+            assert!(st.suspended);
+            assert!(!st.may_run(now));
+            assert_eq!(st.resumed, 0);
+        });
+        assert!(active(&b).is_empty(), "the work stopped with the lease");
+        rt.block_on(async {
+            // An acknowledged heartbeat brings the lease back and asks for a replay.
+            lease
+                .renew(tokio::time::Instant::now(), Some(Duration::from_secs(3)))
+                .await;
+            let st = lease.0.lock().await;
+            assert!(!st.suspended);
+            assert_eq!(st.resumed, 1, "follow_assignments replays from revision 0");
+            assert!(st.may_run(tokio::time::Instant::now()));
+        });
+    }
+
+    #[test]
+    fn without_a_lease_from_the_federation_the_work_keeps_running() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        rt.block_on(b.ensure(&assignment("u1", 1, 8, None)))
+            .expect("ensure");
+        let lease = Lease::default();
+        rt.block_on(async {
+            lease.renew(tokio::time::Instant::now(), None).await;
+            let mut st = lease.0.lock().await;
+            Lease::enforce(&mut st, &b).await;
+            assert!(!st.suspended);
+            assert!(st.may_run(tokio::time::Instant::now() + Duration::from_secs(3600)));
+        });
+        assert_eq!(active(&b), vec!["u1".to_string()]);
+    }
 
     #[test]
     fn retry_delays_grow_from_the_minimum_stay_bounded_and_never_end() {

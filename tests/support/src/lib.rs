@@ -406,7 +406,15 @@ impl ProcCluster {
             .with_context(|| format!("spawning agent {name}"))?;
         a.child = Some(child);
         let listen = a.listen.clone();
-        wait_for_http(&listen, Duration::from_secs(30)).await
+        wait_for_http(&listen, Duration::from_secs(30)).await?;
+        // Its local view answers once the agent has fenced and registered; an agent whose
+        // registration is refused never gets there, so this wait is bounded and not an error.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let c = Client::new(&listen)?;
+        while c.agent_local_view().await.is_err() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     pub fn kill9_agent(&mut self, name: &str) -> anyhow::Result<()> {
