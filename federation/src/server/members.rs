@@ -192,7 +192,11 @@ pub async fn status(
 ) -> Result<Json<StatusAck>, ApiError> {
     let report: StatusReport = json_body(body)?;
     // Only what would change something is proposed: a replayed report, or one for an unknown
-    // member or workload, is acknowledged without a log entry.
+    // member or workload, is acknowledged without a log entry. Judged after a read barrier: a
+    // node that lags (or is cut off) would not know a new assignment and acknowledge its
+    // report as a no-op, and the agent, taking that for delivered, would never send it again
+    // (the workload would stay Running on the federation's side for ever).
+    st.read_barrier(false).await?;
     let statuses = st.read(|d| {
         report
             .statuses
