@@ -158,22 +158,32 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
             let sim = SimAgent::build(&a.sim_options(Layout::Default, clock))?;
             let federation = a.federation(Vec::new())?;
             let cfg = a.agent_config(&sim.cluster, &sim.region, federation);
-            // Nothing is shown before the work moved away while we were gone is stopped.
-            tideway_agent::agent::fence(&cfg, &sim.backend, &stop).await?;
+            // Nothing is shown before the work moved away while we were gone is stopped: the
+            // local view answers once the agent has fenced, registered and fenced again.
+            let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+            let view = tideway_agent::local_view::router(
+                sim.backend.clone(),
+                sim.cluster.clone(),
+                ready_rx,
+            );
+            let agent = tokio::spawn(tideway_agent::agent::run_with_ready(
+                cfg,
+                Arc::new(sim.backend),
+                stop,
+                Some(ready_tx),
+            ));
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("listening on {addr}"))?;
-                let app =
-                    tideway_agent::local_view::router(sim.backend.clone(), sim.cluster.clone());
                 tokio::spawn(async move {
-                    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+                    let app = view.into_make_service_with_connect_info::<std::net::SocketAddr>();
                     if let Err(e) = axum::serve(listener, app).await {
                         tracing::warn!(error = %e, "the local view stopped");
                     }
                 });
             }
-            run(cfg, Arc::new(sim.backend), stop).await?;
+            agent.await??;
             Ok(())
         }
         BackendKind::Kube => {

@@ -320,8 +320,15 @@ pub enum MemberCmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Forget a member that holds no active work (drain it and stop its agent first).
+    /// Forget a member that holds no active work (drain it and stop its agent first). Its
+    /// agent may not register it again until it is re-admitted.
     Remove {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Let a removed member's agent register it again.
+    Readmit {
         name: String,
         #[command(flatten)]
         target: Target,
@@ -1062,6 +1069,15 @@ async fn policy(cmd: PolicyCmd) -> anyhow::Result<()> {
 async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
     use tideway_api::client::MemberAction;
     let (name, target, action) = match cmd {
+        MemberCmd::Readmit { name, target } => {
+            let readmitted = target.client()?.member_readmit(&name).await?;
+            if readmitted {
+                println!("member/{name} re-admitted: its agent may register it again");
+            } else {
+                println!("member/{name} was not removed: nothing to re-admit");
+            }
+            return Ok(());
+        }
         MemberCmd::Cordon { name, target } => (name, target, Some(MemberAction::Cordon)),
         MemberCmd::Uncordon { name, target } => (name, target, Some(MemberAction::Uncordon)),
         MemberCmd::Drain { name, target } => (name, target, Some(MemberAction::Drain)),

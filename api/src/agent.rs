@@ -168,6 +168,13 @@ pub struct HeartbeatAck {
     /// Whether this heartbeat's digest was replicated (digests are coalesced: an unchanged
     /// or too-recent one is only kept in the leader's memory).
     pub digest_replicated: bool,
+    /// The agent's lease, in milliseconds from when it sent this heartbeat: how long it may
+    /// keep running its work without another acknowledged heartbeat. The federation moves a
+    /// lost member's work only later than that, so an agent that stops its work when its
+    /// lease runs out never runs a workload that also runs elsewhere. Absent from older
+    /// federations (no lease: the agent keeps its work running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// The answer to a status report.

@@ -632,6 +632,20 @@ impl Client {
         self.decode(resp).await
     }
 
+    /// Lets a removed member's agent register it again; whether it had been removed.
+    pub async fn member_readmit(&self, name: &str) -> Result<bool, ClientError> {
+        let name = checked_member(name)?;
+        let resp = self
+            .http
+            .post(format!("{}/v1/members/{name}/readmit", self.addr))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let ack: crate::agent::StatusAck = self.decode(resp).await?;
+        Ok(ack.updated > 0)
+    }
+
     /// A sim agent: inject a node fault (`POST /v1/faults` on the agent's `--listen`).
     pub async fn agent_fault(&self, req: &FaultRequest) -> Result<FaultAck, ClientError> {
         self.post_json("/v1/faults", req, 30).await

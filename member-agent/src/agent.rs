@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
-use tideway_api::agent::{Desired, Heartbeat, LocalStatus, RegisterRequest, StatusReport};
+use tideway_api::agent::{
+    Desired, Heartbeat, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
+};
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
 use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
@@ -146,6 +148,102 @@ fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
     delays.next().unwrap_or(Duration::from_secs(1))
 }
 
+/// The agent's lease on the work it runs. The federation acknowledges a heartbeat only once
+/// its leader has confirmed it still leads, and says how long the agent may go on running its
+/// work after sending it ([`tideway_api::agent::HeartbeatAck::lease_ms`]); it moves a lost
+/// member's work only later than that. So when the lease runs out (the agent is cut off from
+/// the federation, or only reaches a node that no longer leads), the agent stops all its
+/// active work at once (evicted, as a preemption without grace) before anyone else can start
+/// it. When a heartbeat is acknowledged again it reports the evictions (the federation
+/// requeues that work, to resume from its checkpoint; reports for work it moved meanwhile are
+/// refused) and replays its assignments from the start, read linearizably, so the copies of
+/// moved work are deleted.
+#[derive(Clone, Default)]
+pub struct Lease(Arc<tokio::sync::Mutex<LeaseState>>);
+
+#[derive(Debug, Default)]
+struct LeaseState {
+    /// Whether any heartbeat was acknowledged since the agent started.
+    acked: bool,
+    /// Until when the work may run; `None` when the federation gives no lease.
+    until: Option<tokio::time::Instant>,
+    /// The work was stopped when the lease ran out and not replayed since.
+    suspended: bool,
+    /// Bumped each time the lease comes back after a suspension.
+    resumed: u64,
+}
+
+impl LeaseState {
+    fn expired(&self, now: tokio::time::Instant) -> bool {
+        self.until.is_some_and(|u| now >= u)
+    }
+
+    fn may_run(&self, now: tokio::time::Instant) -> bool {
+        self.acked && !self.suspended && !self.expired(now)
+    }
+}
+
+impl Lease {
+    /// A heartbeat sent at `sent` was acknowledged with `lease`.
+    async fn renew(&self, sent: tokio::time::Instant, lease: Option<Duration>) {
+        let mut st = self.0.lock().await;
+        st.acked = true;
+        st.until = lease.map(|l| st.until.map_or(sent + l, |u| u.max(sent + l)));
+        if st.suspended && !st.expired(tokio::time::Instant::now()) {
+            st.suspended = false;
+            st.resumed += 1;
+            tracing::info!("lease regained: replaying the assignments");
+        }
+    }
+
+    /// Stops every workload the backend holds if the lease has run out. Called with the
+    /// lease locked, so no assignment is applied meanwhile.
+    async fn enforce<B: Backend>(st: &mut LeaseState, backend: &B) {
+        if !st.acked || st.suspended || !st.expired(tokio::time::Instant::now()) {
+            return;
+        }
+        let uids: Vec<String> = match backend.statuses().await {
+            Ok(s) => s
+                .into_iter()
+                .filter(|s| matches!(s.phase, LocalPhase::Running | LocalPhase::Pending))
+                .map(|s| s.uid)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "lease lost, and the cluster's work cannot be listed; retrying");
+                return;
+            }
+        };
+        let mut stopped = 0;
+        for uid in &uids {
+            match backend.preempt(uid, Duration::ZERO).await {
+                Ok(()) => stopped += 1,
+                Err(e) => {
+                    tracing::warn!(%uid, error = %e, "lease lost, and the work cannot be stopped; retrying");
+                    return;
+                }
+            }
+        }
+        st.suspended = true;
+        tracing::warn!(
+            stopped,
+            "lease lost (no acknowledged heartbeat): stopped all work until the federation answers"
+        );
+    }
+}
+
+/// Stops the work when the lease runs out.
+async fn guard_lease<B: Backend>(lease: Lease, backend: Arc<B>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let mut st = lease.0.lock().await;
+        Lease::enforce(&mut st, backend.as_ref()).await;
+    }
+}
+
 /// Registers, retrying across nodes until one accepts.
 async fn register<B: Backend>(
     cfg: &AgentConfig,
@@ -166,6 +264,15 @@ async fn register<B: Backend>(
                 tracing::info!(cluster = %cfg.cluster, via = c.base_url(), "registered");
                 return Ok(());
             }
+            Err(ClientError::Problem(p)) if p.status == 409 => {
+                // Refused for good until an operator acts (the member was removed): say so,
+                // and ask again now and then.
+                tracing::warn!(cluster = %cfg.cluster, problem = %p.detail.clone().unwrap_or_default(), "registration refused");
+                if *stop.borrow() {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
             Err(e) => {
                 fed.rotate(c, &e);
                 if *stop.borrow() {
@@ -181,6 +288,7 @@ async fn heartbeats<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
     backend: Arc<B>,
+    lease: Lease,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(cfg.heartbeat_interval);
@@ -197,8 +305,13 @@ async fn heartbeats<B: Backend>(
             }
         };
         let c = fed.current();
+        let sent = tokio::time::Instant::now();
         match c.heartbeat(&cfg.cluster, &Heartbeat { digest }).await {
-            Ok(_) => {}
+            Ok(ack) => {
+                lease
+                    .renew(sent, ack.lease_ms.map(Duration::from_millis))
+                    .await
+            }
             Err(e) if e.is_not_found() => {
                 // The federation does not know us (a fresh cluster, or a restored backup).
                 let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
@@ -212,15 +325,32 @@ async fn follow_assignments<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
     backend: Arc<B>,
+    lease: Lease,
     mut stop: watch::Receiver<bool>,
 ) {
     // Start from 0 after every (re)start: ensure is idempotent, so replaying is harmless and
     // guarantees nothing assigned while we were away is missed.
     let mut revision = 0u64;
+    let mut resumed = 0u64;
     let mut delays = retry_delays();
     loop {
         if *stop.borrow() {
             return;
+        }
+        {
+            let st = lease.0.lock().await;
+            if st.resumed != resumed {
+                resumed = st.resumed;
+                revision = 0;
+            }
+            if !st.may_run(tokio::time::Instant::now()) {
+                drop(st);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stop.changed() => return,
+                }
+                continue;
+            }
         }
         let c = fed.current().clone();
         let page = tokio::select! {
@@ -229,6 +359,12 @@ async fn follow_assignments<B: Backend>(
         };
         match page {
             Ok(page) => {
+                // Applied with the lease held: nothing starts once it has run out.
+                let mut st = lease.0.lock().await;
+                Lease::enforce(&mut st, backend.as_ref()).await;
+                if !st.may_run(tokio::time::Instant::now()) || st.resumed != resumed {
+                    continue;
+                }
                 let mut all_ok = true;
                 for rec in &page.items {
                     let uid = rec.assignment.uid().to_string();
@@ -253,6 +389,7 @@ async fn follow_assignments<B: Backend>(
                         }
                     }
                 }
+                drop(st);
                 if all_ok {
                     revision = page.revision;
                     delays = retry_delays();
@@ -364,22 +501,44 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
+    run_with_ready(cfg, backend, stop, None).await
+}
+
+/// Like [`run`], telling `ready` once the member is registered and fenced: from then on what
+/// the backend runs is what the federation wants it to run (a local view may be shown).
+pub async fn run_with_ready<B: Backend>(
+    cfg: AgentConfig,
+    backend: Arc<B>,
+    stop: watch::Receiver<bool>,
+    ready: Option<watch::Sender<bool>>,
+) -> Result<(), AgentError> {
     let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
     fence(&cfg, backend.as_ref(), &stop).await?;
     register(&cfg, &fed, backend.as_ref(), &stop).await?;
+    // Again once registered: a move the leader decided while this member was still NotReady
+    // may have applied between the first fence and the registration. After the registration
+    // is applied the member is Ready, and a later move of its work is refused by the state.
+    fence(&cfg, backend.as_ref(), &stop).await?;
+    if let Some(ready) = ready {
+        let _ = ready.send(true);
+    }
+    let lease = Lease::default();
     let tasks = vec![
         tokio::spawn(heartbeats(
             cfg.clone(),
             fed.clone(),
             backend.clone(),
+            lease.clone(),
             stop.clone(),
         )),
         tokio::spawn(follow_assignments(
             cfg.clone(),
             fed.clone(),
             backend.clone(),
+            lease.clone(),
             stop.clone(),
         )),
+        tokio::spawn(guard_lease(lease, backend.clone(), stop.clone())),
         tokio::spawn(report_statuses(
             cfg.clone(),
             fed.clone(),
@@ -396,6 +555,85 @@ pub async fn run<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::SimBackend;
+    use crate::sim::cluster::tests::{assignment, small, t};
+    use tideway_api::clock::ManualClock;
+
+    fn active(b: &SimBackend) -> Vec<String> {
+        let st = futures_statuses(b);
+        st.into_iter()
+            .filter(|s| matches!(s.phase, LocalPhase::Running | LocalPhase::Pending))
+            .map(|s| s.uid)
+            .collect()
+    }
+
+    fn futures_statuses(b: &SimBackend) -> Vec<LocalStatus> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(b.statuses()).expect("statuses")
+    }
+
+    #[test]
+    fn a_lapsed_lease_stops_all_work_and_a_renewal_resumes_with_a_replay() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        rt.block_on(b.ensure(&assignment("u1", 1, 8, None)))
+            .expect("ensure");
+        assert_eq!(active(&b), vec!["u1".to_string()]);
+        let lease = Lease::default();
+        let now = tokio::time::Instant::now();
+        rt.block_on(async {
+            // Before any acknowledged heartbeat nothing runs from the assignments.
+            assert!(!lease.0.lock().await.may_run(now));
+            lease.renew(now, Some(Duration::from_secs(3))).await;
+            let mut st = lease.0.lock().await;
+            assert!(st.may_run(now + Duration::from_secs(2)));
+            // Within the lease: enforce leaves the work alone.
+            Lease::enforce(&mut st, &b).await;
+            assert!(!st.suspended);
+            // Run out: everything stops, and stays stopped.
+            st.until = Some(now - Duration::from_millis(1));
+            Lease::enforce(&mut st, &b).await;
+            assert!(st.suspended);
+            assert!(!st.may_run(now));
+            assert_eq!(st.resumed, 0);
+        });
+        assert!(active(&b).is_empty(), "the work stopped with the lease");
+        rt.block_on(async {
+            // An acknowledged heartbeat brings the lease back and asks for a replay.
+            lease
+                .renew(tokio::time::Instant::now(), Some(Duration::from_secs(3)))
+                .await;
+            let st = lease.0.lock().await;
+            assert!(!st.suspended);
+            assert_eq!(st.resumed, 1, "follow_assignments replays from revision 0");
+            assert!(st.may_run(tokio::time::Instant::now()));
+        });
+    }
+
+    #[test]
+    fn without_a_lease_from_the_federation_the_work_keeps_running() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        rt.block_on(b.ensure(&assignment("u1", 1, 8, None)))
+            .expect("ensure");
+        let lease = Lease::default();
+        rt.block_on(async {
+            lease.renew(tokio::time::Instant::now(), None).await;
+            let mut st = lease.0.lock().await;
+            Lease::enforce(&mut st, &b).await;
+            assert!(!st.suspended);
+            assert!(st.may_run(tokio::time::Instant::now() + Duration::from_secs(3600)));
+        });
+        assert_eq!(active(&b), vec!["u1".to_string()]);
+    }
 
     #[test]
     fn retry_delays_grow_from_the_minimum_stay_bounded_and_never_end() {

@@ -20,18 +20,35 @@ use crate::sim::SimBackend;
 struct ViewState {
     backend: SimBackend,
     cluster: String,
+    shown: tokio::sync::watch::Receiver<bool>,
 }
 
-/// The endpoint's routes over a sim backend.
-pub fn router(backend: SimBackend, cluster: String) -> Router {
+/// The endpoint's routes over a sim backend. `/v1/local` answers 503 until `shown` turns
+/// true: before the agent has fenced, the cluster may still hold work the federation moved
+/// elsewhere, and nothing should read that as what the member runs.
+pub fn router(
+    backend: SimBackend,
+    cluster: String,
+    shown: tokio::sync::watch::Receiver<bool>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/local", get(local))
         .route("/v1/faults", axum::routing::post(inject_fault))
-        .with_state(ViewState { backend, cluster })
+        .with_state(ViewState {
+            backend,
+            cluster,
+            shown,
+        })
 }
 
 async fn local(State(v): State<ViewState>) -> Result<Json<LocalView>, (StatusCode, String)> {
+    if !*v.shown.borrow() {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the agent has not fenced its cluster yet".into(),
+        ));
+    }
     let workloads = v
         .backend
         .statuses()
@@ -107,7 +124,7 @@ mod tests {
             .extension(ConnectInfo(addr))
             .body(Body::from(r#"{"node":"no-such-node","kind":"gpu"}"#))
             .expect("request");
-        router(backend, "sim".into())
+        router(backend, "sim".into(), tokio::sync::watch::channel(true).1)
             .oneshot(req)
             .await
             .expect("response")

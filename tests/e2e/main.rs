@@ -9,6 +9,7 @@ mod t10_submit_failover;
 mod t20_restart;
 mod t30_snapshot_catch_up;
 mod t40_partition;
+mod t41_agent_partition;
 mod t50_bad_input;
 mod t55_forwarding;
 mod t60_cli;

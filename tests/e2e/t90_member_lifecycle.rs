@@ -144,6 +144,35 @@ async fn cordon_drain_uncordon_and_remove_through_the_cli() {
         .map(|m| m.metadata.name)
         .collect();
     assert_eq!(left, vec!["sim-ap".to_string()]);
+
+    // Its agent starts again: the removal holds (a 409 naming the member)...
+    tc.c.restart_agent("sim-eu").await.expect("restart agent");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let names_now = |l: tideway_api::list::MemberClusterList| -> Vec<String> {
+        l.items.into_iter().map(|m| m.metadata.name).collect()
+    };
+    assert_eq!(
+        names_now(c.members().await.expect("members")),
+        vec!["sim-ap".to_string()],
+        "the removed member registered again"
+    );
+    let log = std::fs::read_to_string(tc.c.dir().join("agent-sim-eu.log")).unwrap_or_default();
+    assert!(
+        log.contains("registration refused") && log.contains("member cluster 'sim-eu' was removed"),
+        "{log}"
+    );
+    // ...until an operator re-admits it: then its agent registers it again.
+    let (ok, out, err) = tideway(&addr, &["member", "readmit", "sim-eu"]);
+    assert!(
+        ok && out.contains("member/sim-eu re-admitted"),
+        "{out}{err}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !names_now(c.members().await.expect("members")).contains(&"sim-eu".to_string()) {
+        assert!(Instant::now() < deadline, "never registered again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tc.c.kill9_agent("sim-eu").expect("stop agent");
     let (ok, _, err) = tideway(&addr, &["member", "cordon", "../cluster/snapshot"]);
     assert!(!ok && err.contains("member name"), "{err}");
 }

@@ -139,7 +139,12 @@ async fn a_lost_member_s_work_moves_within_the_rate_limit_and_its_old_copies_sto
     loop {
         let s = sample(&tc).await;
         assert_once(&s);
-        let eu = tc.c.agent_local("sim-eu").await.expect("local");
+        // The local view answers 503 until the agent has fenced.
+        let Ok(eu) = tc.c.agent_local("sim-eu").await else {
+            assert!(Instant::now() < deadline, "sim-eu's view never answered");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
         let still: Vec<_> = eu
             .workloads
             .iter()

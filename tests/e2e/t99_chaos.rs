@@ -1,8 +1,9 @@
 //! A bounded chaos run on real processes: during a stream of submissions, random kill -9 and
 //! restart of federation nodes and of agents, and partitions of a federation node. At every
-//! step no workload is active on two members (sampled on the members themselves); at the end
-//! no acknowledged workload is lost, every workload is finished or pending with a reason, and
-//! the nodes' state digests are equal.
+//! step no workload is active on two members (sampled on the members themselves) and no queue
+//! uses more than its quota allows (in the committed state); at the end no acknowledged
+//! workload is lost, every workload is finished or pending with a reason, and the nodes'
+//! state digests are equal.
 //!
 //! The quick profile (CI) runs 60 s of chaos; `TIDEWAY_CHAOS_SECS=1800` is a long one.
 //! `TIDEWAY_CHAOS_SEED` replays a run (the seed is printed).
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use tideway_api::WorkloadPhase;
 use tideway_api::agent::LocalPhase;
 use tideway_api::client::Client;
 
@@ -22,10 +24,61 @@ fn layout(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev")).join(format!("{name}.yaml"))
 }
 
-fn job(name: &str, secs: u64) -> String {
+fn job(name: &str, queue: &str, secs: u64) -> String {
     format!(
-        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"{secs}"}}}},"spec":{{"queue":"default","class":"training","podSets":[{{"name":"w","count":1,"gpusPerPod":8,"flavor":"H100"}}],"checkpoint":{{"intervalSeconds":60}}}}}}"#
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"{secs}"}}}},"spec":{{"queue":"{queue}","class":"training","podSets":[{{"name":"w","count":1,"gpusPerPod":8,"flavor":"H100"}}],"checkpoint":{{"intervalSeconds":60}}}}}}"#
     )
+}
+
+/// Two queues of one cohort with H100 quotas: `lab-a` may borrow up to 8 GPUs beyond its
+/// guarantee of 8 (from `lab-b`'s idle share), `lab-b` borrows nothing.
+const LAB_QUEUES: [&str; 2] = [
+    "apiVersion: tideway.dev/v1alpha1\nkind: Queue\nmetadata: {name: lab-a}\nspec:\n  tenant: lab\n  cohort: lab\n  quotas:\n  - {flavor: H100, guaranteed: 8, borrowingLimit: 8}\n",
+    "apiVersion: tideway.dev/v1alpha1\nkind: Queue\nmetadata: {name: lab-b}\nspec:\n  tenant: lab\n  cohort: lab\n  quotas:\n  - {flavor: H100, guaranteed: 16, borrowingLimit: 0}\n",
+];
+
+/// What the core promises each lab queue at most, in H100 GPUs, at any instant (running and
+/// assigned work): its guarantee plus what it may borrow, which is bounded by its borrowing
+/// limit and by what its peers lend (`lab-a`: 8 + min(8, 16); `lab-b`: 16 + 0).
+const LAB_CEILINGS: [(&str, u64); 2] = [("lab-a", 16), ("lab-b", 16)];
+
+/// The GPUs each lab queue holds in the committed state (what the scheduler charges:
+/// assigned and running work) must stay within its ceiling. Returns the samples' usage.
+/// `None` when the node did not answer (it may have been killed meanwhile).
+async fn assert_quotas_held(addr: &str) -> Option<BTreeMap<String, u64>> {
+    let client = Client::new(addr).ok()?;
+    let mut q = tideway_api::client::ListQuery {
+        limit: Some(1000),
+        stale: true,
+        ..Default::default()
+    };
+    let mut all = Vec::new();
+    loop {
+        let page = client.list(&q).await.ok()?;
+        all.extend(page.items);
+        match page.continue_ {
+            Some(c) => q.after = Some(c),
+            None => break,
+        }
+    }
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for w in all {
+        let phase = w.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if matches!(
+            phase,
+            WorkloadPhase::Admitted | WorkloadPhase::Assigned | WorkloadPhase::Running
+        ) {
+            *used.entry(w.spec.queue.clone()).or_default() += w.spec.total_gpus();
+        }
+    }
+    for (q, ceiling) in LAB_CEILINGS {
+        let u = used.get(q).copied().unwrap_or(0);
+        assert!(
+            u <= ceiling,
+            "queue {q} holds {u} H100 GPUs, over its quota of {ceiling}"
+        );
+    }
+    Some(used)
 }
 
 /// xorshift64*: enough randomness for choosing faults, and replayable from its seed.
@@ -109,6 +162,16 @@ async fn chaos_loses_nothing_and_runs_nothing_twice() {
             .map(|a| Client::new(a).unwrap())
             .collect();
 
+    for q in LAB_QUEUES {
+        clients[0]
+            .apply_raw(q.as_bytes().to_vec(), true)
+            .await
+            .expect("lab queue");
+    }
+    let addr = tc.c.addrs()[0].clone();
+    let mut quota_checks = 0u64;
+    let mut peak: BTreeMap<String, u64> = BTreeMap::new();
+
     let mut acked: BTreeSet<String> = BTreeSet::new();
     let mut fault: Option<(Fault, Instant)> = None;
     let (mut kills, mut partitions, mut agent_kills, mut samples) = (0, 0, 0, 0);
@@ -119,7 +182,13 @@ async fn chaos_loses_nothing_and_runs_nothing_twice() {
         // or the step's budget is spent (an unacknowledged one may still be committed).
         let name = format!("c-{n}");
         n += 1;
-        let body = job(&name, 5 + rng.below(10));
+        // Every fifth submission goes to a lab queue (without drawing on the seed's stream).
+        let queue = match n % 10 {
+            3 => "lab-a",
+            8 => "lab-b",
+            _ => "default",
+        };
+        let body = job(&name, queue, 5 + rng.below(10));
         let give_up = Instant::now() + Duration::from_secs(3);
         let mut at = rng.below(clients.len() as u64) as usize;
         while Instant::now() < give_up {
@@ -174,6 +243,17 @@ async fn chaos_loses_nothing_and_runs_nothing_twice() {
         }
         assert_active_at_most_once(&tc).await;
         samples += 1;
+        // The committed state, read from a node that answers (any may be down).
+        for a in tc.c.addrs() {
+            if let Some(used) = assert_quotas_held(&a).await {
+                for (q, u) in used {
+                    let p = peak.entry(q).or_default();
+                    *p = (*p).max(u);
+                }
+                quota_checks += 1;
+                break;
+            }
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     match fault.take() {
@@ -188,11 +268,17 @@ async fn chaos_loses_nothing_and_runs_nothing_twice() {
         acked.len()
     );
 
+    eprintln!(
+        "chaos: {quota_checks} quota checks; peak H100 use: lab-a {}, lab-b {}",
+        peak.get("lab-a").copied().unwrap_or(0),
+        peak.get("lab-b").copied().unwrap_or(0)
+    );
+
     // Everything settles: finished, or pending with a reason; nothing active twice meanwhile.
-    let addr = tc.c.addrs()[0].clone();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         assert_active_at_most_once(&tc).await;
+        assert_quotas_held(&addr).await;
         let all = all_workloads(&addr).await;
         let unsettled: Vec<_> = all
             .iter()

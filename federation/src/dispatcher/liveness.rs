@@ -14,6 +14,8 @@ use tideway_api::MemberPhase;
 use tideway_api::clock::SharedClock;
 use tideway_api::digest::CapacityDigest;
 
+use openraft::ReadPolicy;
+
 use super::DispatchConfig;
 use crate::propose::{ProposeError, Proposer, accepted};
 use crate::raft::state_machine::StateMachineData;
@@ -130,7 +132,12 @@ impl Liveness {
 
 /// The leader's handling of one heartbeat: remember it, bring a NotReady member back to
 /// Ready, and replicate the digest when it is due. Answers whether the digest was replicated.
+///
+/// The answer is the agent's lease: it is given only once this node has confirmed it still
+/// leads (a leader cut off from the others must not keep an agent running work that the real
+/// leader is about to move).
 pub async fn heartbeat(
+    raft: &Raft,
     live: &Liveness,
     data: &RwLock<StateMachineData>,
     proposer: &Proposer,
@@ -183,6 +190,9 @@ pub async fn heartbeat(
                 .await?,
         )?;
     }
+    raft.ensure_linearizable(ReadPolicy::LeaseRead)
+        .await
+        .map_err(|e| ProposeError::Unavailable(format!("leadership not confirmed: {e}")))?;
     Ok(due)
 }
 
@@ -207,23 +217,30 @@ pub async fn health_monitor(
         if !leader {
             continue;
         }
-        let ready: Vec<String> = {
+        let now = live.clock.now();
+        let ready: Vec<(String, std::time::Duration)> = {
             let Ok(d) = data.read() else { continue };
             d.state
                 .members
                 .iter()
                 // Cordoned and draining members are live too, and can go silent.
-                .filter(|(_, m)| {
-                    m.cluster
-                        .status
-                        .as_ref()
-                        .is_some_and(|s| s.phase != MemberPhase::NotReady)
+                .filter_map(|(n, m)| {
+                    let st = m.cluster.status.as_ref()?;
+                    (st.phase != MemberPhase::NotReady).then(|| {
+                        // A registration (committed, so seen by every leader) counts as a
+                        // heartbeat: an agent that just registered is not declared lost for
+                        // the silence before it, which would only make it flap.
+                        let since = st
+                            .last_heartbeat
+                            .map(|t| (now - t).to_std().unwrap_or_default())
+                            .unwrap_or(std::time::Duration::MAX);
+                        (n.clone(), since)
+                    })
                 })
-                .map(|(n, _)| n.clone())
                 .collect()
         };
-        for name in ready {
-            let silent = live.silence(&name);
+        for (name, since_committed) in ready {
+            let silent = live.silence(&name).min(since_committed);
             if silent > cfg.not_ready_after {
                 tracing::warn!(member = %name, ?silent, "member missed its heartbeats: NotReady");
                 let _ = proposer

@@ -41,12 +41,22 @@ pub struct DispatchConfig {
     pub audit_retain_count: Option<usize>,
     /// The audit trail keeps records this long.
     pub audit_retain_age: Option<Duration>,
-    /// A member NotReady this long (since its last heartbeat) is lost: its work moves.
+    /// A member NotReady this long (since it was declared NotReady) is lost: its work moves.
     pub member_lost_after: Duration,
     /// Workloads moved off lost members, at most this many a second in the whole fleet...
     pub redispatch_per_second: f64,
     /// ...and this many a second off any one member.
     pub redispatch_per_member_per_second: f64,
+}
+
+impl DispatchConfig {
+    /// How long an agent may run its work after sending a heartbeat that was acknowledged:
+    /// the member's work moves no sooner than `not_ready_after + member_lost_after` after it,
+    /// and half the wait timeout is kept as a margin for clock rates and the agent's own
+    /// delay in stopping its work.
+    pub fn agent_lease(&self) -> Duration {
+        self.not_ready_after + self.member_lost_after / 2
+    }
 }
 
 impl Default for DispatchConfig {

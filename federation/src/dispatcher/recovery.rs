@@ -103,12 +103,24 @@ impl RateLimits {
     }
 }
 
-/// The work of members lost for longer than the wait timeout, each member's in UID order.
+/// A lost member's work to move: the member, the liveness epoch it was lost in, and its
+/// active assignments in UID order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostWork {
+    pub member: String,
+    pub epoch: u64,
+    pub uids: Vec<String>,
+}
+
+/// The work of members lost for longer than the wait timeout. The wait runs from the moment
+/// the member was declared NotReady (which is at least `not_ready_after` after its last
+/// acknowledged heartbeat), so an agent whose lease ends earlier has always stopped the old
+/// copies before any of them moves.
 pub fn lost_work(
     d: &StateMachineData,
     lost_after: Duration,
     now: chrono::DateTime<Utc>,
-) -> Vec<(String, Vec<String>)> {
+) -> Vec<LostWork> {
     let mut out = Vec::new();
     for (name, m) in &d.state.members {
         let Some(st) = m.cluster.status.as_ref() else {
@@ -117,8 +129,9 @@ pub fn lost_work(
         if st.phase != MemberPhase::NotReady {
             continue;
         }
-        let silent = st
-            .last_heartbeat
+        let silent = m
+            .not_ready_at
+            .or(st.last_heartbeat)
             .map(|t| (now - t).to_std().unwrap_or_default())
             .unwrap_or(Duration::MAX);
         if silent < lost_after {
@@ -138,7 +151,11 @@ pub fn lost_work(
             })
             .unwrap_or_default();
         if !uids.is_empty() {
-            out.push((name.clone(), uids));
+            out.push(LostWork {
+                member: name.clone(),
+                epoch: m.epoch,
+                uids,
+            });
         }
     }
     out
@@ -164,7 +181,12 @@ pub async fn recovery_loop(
             let Ok(d) = data.read() else { continue };
             lost_work(&d, cfg.member_lost_after, clock.now())
         };
-        for (member, uids) in lost {
+        for LostWork {
+            member,
+            epoch,
+            uids,
+        } in lost
+        {
             let n = limits.grant(&member, uids.len(), clock.instant());
             if n == 0 {
                 continue;
@@ -176,6 +198,7 @@ pub async fn recovery_loop(
                     cluster: member,
                     uids: batch,
                     at: clock.now(),
+                    epoch: Some(epoch),
                 })
                 .await;
         }

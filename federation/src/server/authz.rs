@@ -146,7 +146,7 @@ impl Access {
         // Member lifecycle is an operator's act, never an agent's: an agent must not be able
         // to take its own cluster out of service (or put it back) on the fleet's behalf.
         if let ["v1", "members", _, verb] = segs.as_slice()
-            && matches!(*verb, "cordon" | "uncordon" | "drain")
+            && matches!(*verb, "cordon" | "uncordon" | "drain" | "readmit")
         {
             return if self.operator && self.agent_of.is_none() {
                 Ok(())

@@ -108,6 +108,7 @@ pub async fn heartbeat(State(st): State<AppState>, body: Bytes) -> Response {
     }
     outcome(
         liveness::heartbeat(
+            &st.raft,
             &st.liveness,
             &st.data,
             &st.proposer,

@@ -98,3 +98,29 @@ pub async fn remove(
         .await?;
     Ok(Json(member_of(res)?))
 }
+
+/// Lets a removed member's agent register it again. Answers how many members that changed (0
+/// when it was not removed: nothing is written then).
+pub async fn readmit(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<tideway_api::agent::StatusAck>, ApiError> {
+    member_name(&name)?;
+    st.read_barrier(false).await?;
+    if !st.read(|d| d.state.removed_members.contains(&name))? {
+        return Ok(Json(tideway_api::agent::StatusAck { updated: 0 }));
+    }
+    let res = st
+        .proposer
+        .propose(Command::ReadmitMember {
+            name,
+            at: st.clock.now(),
+        })
+        .await?;
+    match res {
+        CommandResult::Updated { count } => {
+            Ok(Json(tideway_api::agent::StatusAck { updated: count }))
+        }
+        other => Err(ApiError::unexpected(other)),
+    }
+}

@@ -65,6 +65,10 @@ pub async fn register(
     req.member
         .validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
+    // A member an operator removed stays removed: refused before anything is written.
+    if let Some(why) = st.read(|d| d.state.registration_refused(&req.member.metadata.name))? {
+        return Err(ApiError::Conflict(why));
+    }
     let res = st
         .proposer
         .propose(Command::by(
@@ -113,6 +117,7 @@ pub async fn heartbeat(
         }
         None => {
             liveness::heartbeat(
+                &st.raft,
                 &st.liveness,
                 &st.data,
                 &st.proposer,
@@ -126,6 +131,7 @@ pub async fn heartbeat(
     Ok(Json(HeartbeatAck {
         member: ClusterName::from(name),
         digest_replicated: due,
+        lease_ms: Some(st.dispatch.agent_lease().as_millis() as u64),
     }))
 }
 
@@ -140,15 +146,18 @@ pub struct AssignmentsQuery {
     pub wait_seconds: u64,
 }
 
-/// Assignments changed after a revision, long-polled. Served from this node's copy: the
-/// revision only moves forward, so an agent resuming from it never misses a change, whichever
-/// node it asks.
+/// Assignments changed after a revision, long-polled. Served from this node's copy once it
+/// has caught up with the leader (a read barrier): the revision only moves forward, so an
+/// agent resuming from it never misses a change, whichever node it asks, and an agent that
+/// replays from the start (after a restart, or when its lease comes back) never sees a stale
+/// `Run` for work the federation has already moved elsewhere.
 pub async fn assignments(
     State(st): State<AppState>,
     Path(name): Path<String>,
     q: Result<Query<AssignmentsQuery>, QueryRejection>,
 ) -> Result<Json<AssignmentPage>, ApiError> {
     let Query(q) = q.map_err(super::workloads::query_error)?;
+    st.read_barrier(false).await?;
     let wait = Duration::from_secs(q.wait_seconds.min(60));
     let deadline = tokio::time::Instant::now() + wait;
     loop {
@@ -184,7 +193,11 @@ pub async fn status(
 ) -> Result<Json<StatusAck>, ApiError> {
     let report: StatusReport = json_body(body)?;
     // Only what would change something is proposed: a replayed report, or one for an unknown
-    // member or workload, is acknowledged without a log entry.
+    // member or workload, is acknowledged without a log entry. Judged after a read barrier: a
+    // node that lags (or is cut off) would not know a new assignment and acknowledge its
+    // report as a no-op, and the agent, taking that for delivered, would never send it again
+    // (the workload would stay Running on the federation's side for ever).
+    st.read_barrier(false).await?;
     let statuses = st.read(|d| {
         report
             .statuses

@@ -227,6 +227,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/members/{name}/cordon", post(lifecycle::cordon))
         .route("/v1/members/{name}/uncordon", post(lifecycle::uncordon))
         .route("/v1/members/{name}/drain", post(lifecycle::drain))
+        .route("/v1/members/{name}/readmit", post(lifecycle::readmit))
         .route("/v1/capacity", get(members::capacity))
         .route("/v1/usage", get(usage::report))
         .route("/v1/webhooks", get(webhooks::list))

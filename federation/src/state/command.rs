@@ -118,6 +118,10 @@ pub enum Command {
         cluster: String,
         uids: Vec<String>,
         at: DateTime<Utc>,
+        /// The member's liveness epoch the leader saw it lost in; the move applies only if
+        /// the member has not come back since.
+        #[serde(default)]
+        epoch: Option<u64>,
     },
     /// An operator removes a member that holds no active work.
     RemoveMember { name: String, at: DateTime<Utc> },
@@ -206,6 +210,8 @@ pub enum Command {
     /// Drop the audit records numbered below `before_seq` (chosen by the leader from its
     /// audit retention setting).
     CompactAudit { before_seq: u64, at: DateTime<Utc> },
+    /// An operator lets a removed member's agent register it again.
+    ReadmitMember { name: String, at: DateTime<Utc> },
 }
 
 impl Command {

@@ -26,6 +26,17 @@ pub struct MemberRecord {
     /// goes NotReady and comes back is still cordoned.
     #[serde(default)]
     pub intent: MemberIntent,
+    /// The member's liveness epoch: the log index at which it last became live (registered,
+    /// or came back from NotReady). A move of its work decided while it was lost names the
+    /// epoch it saw, and applies only if the member has not come back since: an agent that
+    /// came back has fenced and resumed its work, so moving it then would run it twice.
+    #[serde(default)]
+    pub epoch: u64,
+    /// When the member was declared NotReady (cleared when it comes back). The wait timeout
+    /// before its work moves runs from here, so the agent's lease (which ends before) always
+    /// stops the old copies before the federation moves them.
+    #[serde(default)]
+    pub not_ready_at: Option<DateTime<Utc>>,
 }
 
 /// An operator's word on a member: take new work, take none, or also move its work off.
@@ -72,6 +83,11 @@ impl FederationState {
         index: u64,
     ) -> CommandResult {
         let name = member.metadata.name.clone();
+        if let Some(why) = self.registration_refused(&name) {
+            return CommandResult::Rejected {
+                rejection: Rejection::Busy { reason: why },
+            };
+        }
         let prev = self.members.get(&name);
         let intent = prev.map(|p| p.intent).unwrap_or_default();
         member.metadata.resource_version = Some(index);
@@ -91,6 +107,8 @@ impl FederationState {
                 cluster: member.clone(),
                 digest,
                 intent,
+                epoch: index,
+                not_ready_at: None,
             },
         );
         CommandResult::Created {
@@ -114,6 +132,17 @@ impl FederationState {
         };
         rec.cluster.metadata.resource_version = Some(index);
         let status = rec.cluster.status.get_or_insert_with(Default::default);
+        let was_lost = status.phase == MemberPhase::NotReady;
+        if phase == MemberPhase::NotReady {
+            if !was_lost {
+                rec.not_ready_at = Some(at);
+            }
+        } else {
+            rec.not_ready_at = None;
+            if was_lost {
+                rec.epoch = index;
+            }
+        }
         // A member coming back shows what the operator asked of it.
         status.phase = if phase == MemberPhase::NotReady {
             phase
@@ -242,8 +271,12 @@ impl FederationState {
         &mut self,
         cluster: &str,
         uids: &[String],
+        epoch: Option<u64>,
         index: u64,
     ) -> CommandResult {
+        if !self.move_allowed(cluster, epoch) {
+            return CommandResult::Updated { count: 0 };
+        }
         let mut changed = 0u32;
         for uid in uids {
             let Some(rec) = self
@@ -291,6 +324,21 @@ impl FederationState {
         CommandResult::Updated { count: changed }
     }
 
+    /// Whether a move of `cluster`'s work decided at liveness `epoch` may still apply. The
+    /// leader decided on a member it saw NotReady; if the member came back (registered or
+    /// heartbeated) before this entry applied, even if it was lost again since, its agent has
+    /// fenced and resumed the work, and the wait timeout starts over: nothing moves then.
+    /// (`None`: an entry written before epochs existed; only the phase is checked.)
+    pub fn move_allowed(&self, cluster: &str, epoch: Option<u64>) -> bool {
+        self.members.get(cluster).is_some_and(|m| {
+            m.cluster
+                .status
+                .as_ref()
+                .is_some_and(|st| st.phase == MemberPhase::NotReady)
+                && epoch.is_none_or(|e| e == m.epoch)
+        })
+    }
+
     /// Why member `name` cannot be removed now, if it cannot.
     pub fn removal_blocked(&self, name: &str) -> Option<String> {
         let active = self
@@ -317,12 +365,29 @@ impl FederationState {
             };
         }
         self.assignments.remove(name);
+        self.removed_members.insert(name.to_string());
         match self.members.remove(name) {
             Some(rec) => CommandResult::Created {
                 object: StoredObject::MemberCluster(Box::new(rec.cluster)),
             },
             None => CommandResult::Updated { count: 0 },
         }
+    }
+
+    /// Why member `name`'s agent may not register it, if it may not: an operator removed it.
+    pub fn registration_refused(&self, name: &str) -> Option<String> {
+        self.removed_members.contains(name).then(|| {
+            format!(
+                "member cluster '{name}' was removed by an operator; its agent may not register \
+                 it again until an operator re-admits it (`tideway member readmit {name}`)"
+            )
+        })
+    }
+
+    /// Lets a removed member's agent register it again (it comes back with no work).
+    pub(super) fn readmit_member(&mut self, name: &str) -> CommandResult {
+        let count = u32::from(self.removed_members.remove(name));
+        CommandResult::Updated { count }
     }
 
     /// Places a pending workload on a member cluster.
@@ -887,6 +952,17 @@ mod tests {
     fn a_lost_member_s_work_is_fenced_requeued_and_fails_after_the_cap() {
         let mut s = setup(None);
         report(&mut s, 4, 1, LocalPhase::Running);
+        let lost = |s: &mut FederationState, idx: u64| {
+            s.apply(
+                idx,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: MemberPhase::NotReady,
+                    message: None,
+                    at: t(idx as i64),
+                },
+            );
+        };
         let recover = |s: &mut FederationState, idx: u64| {
             s.apply(
                 idx,
@@ -894,9 +970,14 @@ mod tests {
                     cluster: "a".into(),
                     uids: vec!["u1".into(), "unknown".into()],
                     at: t(idx as i64),
+                    epoch: None,
                 },
             )
         };
+        // Back before the move applied: nothing moves (its agent may have resumed the work).
+        assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 0 });
+        assert_eq!(phase(&s), WorkloadPhase::Running);
+        lost(&mut s, 5);
         assert_eq!(recover(&mut s, 5), CommandResult::Updated { count: 1 });
         assert_eq!(phase(&s), WorkloadPhase::Pending);
         let rec = &s.assignments["a"]["u1"];
@@ -924,6 +1005,15 @@ mod tests {
         for (idx, attempt) in [(7, 2), (9, 3)] {
             s.apply(
                 idx,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: MemberPhase::Ready,
+                    message: None,
+                    at: t(idx as i64),
+                },
+            );
+            s.apply(
+                idx,
                 Command::Assign {
                     workload: "job".into(),
                     cluster: "a".into(),
@@ -932,6 +1022,7 @@ mod tests {
                 },
             );
             assert_eq!(s.assignments["a"]["u1"].assignment.attempt, attempt);
+            lost(&mut s, idx + 1);
             recover(&mut s, idx + 1);
         }
         assert_eq!(
@@ -969,5 +1060,224 @@ mod tests {
         );
         report(&mut s, 6, 2, failed());
         assert_eq!(phase(&s), WorkloadPhase::Failed);
+    }
+
+    // Fencing: every interleaving of a move the leader decided with the member coming back.
+    // A decision names the liveness epoch it saw the member lost in (`lost_epoch`).
+
+    fn health(s: &mut FederationState, idx: u64, phase: MemberPhase) {
+        s.apply(
+            idx,
+            Command::MemberHealth {
+                name: "a".into(),
+                phase,
+                message: None,
+                at: t(idx as i64),
+            },
+        );
+    }
+
+    fn reregister(s: &mut FederationState, idx: u64) {
+        s.apply(
+            idx,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    "a",
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(idx as i64),
+            },
+        );
+    }
+
+    fn lost_epoch(s: &FederationState) -> u64 {
+        s.members["a"].epoch
+    }
+
+    fn move_at(s: &mut FederationState, idx: u64, epoch: u64) -> CommandResult {
+        s.apply(
+            idx,
+            Command::RecoverWorkloads {
+                cluster: "a".into(),
+                uids: vec!["u1".into()],
+                at: t(idx as i64),
+                epoch: Some(epoch),
+            },
+        )
+    }
+
+    fn still_runs_on_a(s: &FederationState) -> bool {
+        phase(s) == WorkloadPhase::Running && s.assignments["a"]["u1"].desired == Desired::Run
+    }
+
+    #[test]
+    fn a_move_decided_while_lost_applies_while_still_lost() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        health(&mut s, 5, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        assert_eq!(move_at(&mut s, 6, e), CommandResult::Updated { count: 1 });
+        assert_eq!(s.assignments["a"]["u1"].desired, Desired::Cancel);
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+    }
+
+    #[test]
+    fn a_registration_between_decision_and_apply_refuses_the_move() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        health(&mut s, 5, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        // The agent restarted, fenced (nothing cancelled yet) and registered: it runs u1.
+        reregister(&mut s, 6);
+        assert_eq!(move_at(&mut s, 7, e), CommandResult::Updated { count: 0 });
+        assert!(still_runs_on_a(&s));
+    }
+
+    #[test]
+    fn a_heartbeat_between_decision_and_apply_refuses_the_move() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        health(&mut s, 5, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        health(&mut s, 6, MemberPhase::Ready);
+        assert_ne!(lost_epoch(&s), e, "coming back starts a new epoch");
+        assert_eq!(move_at(&mut s, 7, e), CommandResult::Updated { count: 0 });
+        assert!(still_runs_on_a(&s));
+    }
+
+    #[test]
+    fn a_flap_between_decision_and_apply_refuses_the_move_and_a_new_decision_applies() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        health(&mut s, 5, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        health(&mut s, 6, MemberPhase::Ready);
+        health(&mut s, 7, MemberPhase::NotReady);
+        // NotReady again, but the agent renewed its lease in between: the wait starts over.
+        assert_eq!(move_at(&mut s, 8, e), CommandResult::Updated { count: 0 });
+        assert!(still_runs_on_a(&s));
+        assert_eq!(s.members["a"].not_ready_at, Some(t(7)));
+        let e2 = lost_epoch(&s);
+        assert_eq!(move_at(&mut s, 9, e2), CommandResult::Updated { count: 1 });
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+    }
+
+    #[test]
+    fn a_registration_without_a_lost_phase_starts_a_new_epoch() {
+        // The agent restarted within the heartbeat timeout: never NotReady, but it fenced
+        // and re-read its work, so a decision from before (a slow leader) must not apply.
+        let mut s = setup(None);
+        let e = lost_epoch(&s);
+        reregister(&mut s, 4);
+        assert!(lost_epoch(&s) > e);
+        health(&mut s, 5, MemberPhase::NotReady);
+        assert_eq!(move_at(&mut s, 6, e), CommandResult::Updated { count: 0 });
+    }
+
+    #[test]
+    fn a_move_applied_before_the_member_comes_back_stays_fenced() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        health(&mut s, 5, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        move_at(&mut s, 6, e);
+        // The agent comes back: its registration and heartbeats do not revive the work...
+        reregister(&mut s, 7);
+        health(&mut s, 8, MemberPhase::Ready);
+        assert_eq!(s.assignments["a"]["u1"].desired, Desired::Cancel);
+        assert!(
+            s.assignments_after("a", 0)
+                .iter()
+                .any(|r| r.desired == Desired::Cancel),
+            "the agent's fence reads the cancel"
+        );
+        // ...and its late reports for the fenced attempt are refused.
+        report(&mut s, 9, 1, LocalPhase::Running);
+        assert_eq!(phase(&s), WorkloadPhase::Pending);
+        // A second decision for the same work (another leader) changes nothing.
+        assert_eq!(move_at(&mut s, 10, e), CommandResult::Updated { count: 0 });
+    }
+
+    #[test]
+    fn lost_since_is_the_first_not_ready_and_clears_on_return() {
+        let mut s = setup(None);
+        assert_eq!(s.members["a"].not_ready_at, None);
+        health(&mut s, 5, MemberPhase::NotReady);
+        health(&mut s, 6, MemberPhase::NotReady);
+        assert_eq!(
+            s.members["a"].not_ready_at,
+            Some(t(5)),
+            "a repeated NotReady does not restart the wait"
+        );
+        health(&mut s, 7, MemberPhase::Ready);
+        assert_eq!(s.members["a"].not_ready_at, None);
+        assert_eq!(lost_epoch(&s), 7);
+        // A heartbeat while live does not start a new epoch (only a return does).
+        health(&mut s, 8, MemberPhase::Ready);
+        assert_eq!(lost_epoch(&s), 7);
+    }
+
+    #[test]
+    fn a_move_for_a_removed_or_unknown_member_does_nothing() {
+        let mut s = setup(None);
+        health(&mut s, 4, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        let res = s.apply(
+            5,
+            Command::RecoverWorkloads {
+                cluster: "nope".into(),
+                uids: vec!["u1".into()],
+                at: t(5),
+                epoch: Some(e),
+            },
+        );
+        assert_eq!(res, CommandResult::Updated { count: 0 });
+        assert_eq!(phase(&s), WorkloadPhase::Assigned);
+    }
+
+    #[test]
+    fn a_removed_member_stays_removed_until_an_operator_readmits_it() {
+        let mut s = setup(None);
+        health(&mut s, 4, MemberPhase::NotReady);
+        let e = lost_epoch(&s);
+        move_at(&mut s, 4, e);
+        let res = s.apply(
+            5,
+            Command::RemoveMember {
+                name: "a".into(),
+                at: t(5),
+            },
+        );
+        assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");
+        // Its agent, still running, registers again on its next heartbeat: refused.
+        let before = s.clone();
+        reregister(&mut s, 6);
+        assert!(!s.members.contains_key("a"), "the removal was undone");
+        assert_eq!(s.members, before.members);
+        let why = s.registration_refused("a").expect("refused");
+        assert!(why.contains("'a'") && why.contains("readmit"), "{why}");
+        // Re-admitted: the agent may register it again, and it comes back with no work.
+        let res = s.apply(
+            7,
+            Command::ReadmitMember {
+                name: "a".into(),
+                at: t(7),
+            },
+        );
+        assert_eq!(res, CommandResult::Updated { count: 1 });
+        assert!(s.registration_refused("a").is_none());
+        reregister(&mut s, 8);
+        assert!(s.members.contains_key("a"));
+        assert!(s.assignments_after("a", 0).is_empty());
+        // Re-admitting a member that was not removed changes nothing.
+        let res = s.apply(
+            9,
+            Command::ReadmitMember {
+                name: "a".into(),
+                at: t(9),
+            },
+        );
+        assert_eq!(res, CommandResult::Updated { count: 0 });
     }
 }

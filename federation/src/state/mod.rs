@@ -82,6 +82,11 @@ pub struct FederationState {
     /// Who holds which role, by binding name.
     #[serde(default)]
     pub role_bindings: BTreeMap<String, RoleBinding>,
+    /// Members an operator removed: their agents may not register them again until an
+    /// operator re-admits them (a running agent would otherwise undo the removal on its next
+    /// heartbeat).
+    #[serde(default)]
+    pub removed_members: BTreeSet<String>,
 }
 
 impl Default for FederationState {
@@ -112,6 +117,7 @@ impl Default for FederationState {
             webhooks: BTreeMap::new(),
             policy: Default::default(),
             role_bindings: BTreeMap::new(),
+            removed_members: BTreeSet::new(),
         }
     }
 }
@@ -319,13 +325,22 @@ impl FederationState {
                 self.tick(at);
                 self.set_member_intent(&name, intent, index)
             }
-            Command::RecoverWorkloads { cluster, uids, at } => {
+            Command::RecoverWorkloads {
+                cluster,
+                uids,
+                at,
+                epoch,
+            } => {
                 self.tick(at);
-                self.recover_workloads(&cluster, &uids, index)
+                self.recover_workloads(&cluster, &uids, epoch, index)
             }
             Command::RemoveMember { name, at } => {
                 self.tick(at);
                 self.remove_member(&name)
+            }
+            Command::ReadmitMember { name, at } => {
+                self.tick(at);
+                self.readmit_member(&name)
             }
             Command::PutQuotaSchedule { schedule, at } => {
                 self.tick(at);

@@ -73,6 +73,7 @@ impl Touch {
             | Command::MemberDigest { .. }
             | Command::MemberHealth { .. }
             | Command::RemoveMember { .. }
+            | Command::ReadmitMember { .. }
             | Command::SetMemberIntent { .. } => {
                 t.capacity = true;
                 // Shares of capacity in tidal windows move with it.

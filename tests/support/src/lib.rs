@@ -39,6 +39,8 @@ pub struct ProcAgent {
     /// Its `/v1/local` endpoint.
     pub listen: String,
     pub extra_args: Vec<String>,
+    /// The federation address it is given instead of the nodes' own (a proxy a test can cut).
+    pub federation: Option<String>,
     child: Option<Child>,
 }
 
@@ -362,6 +364,31 @@ impl ProcCluster {
             data: self.dir.join(format!("agent-{name}")),
             listen: free_addr()?,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            federation: None,
+            child: None,
+        };
+        self.agents.insert(name.to_string(), agent);
+        self.restart_agent(name).await
+    }
+
+    /// Like [`Self::add_agent`], the agent reaching the federation only through `federation`
+    /// (for example a TCP proxy in front of one node, which the test can cut).
+    pub async fn add_agent_via(
+        &mut self,
+        name: &str,
+        region: &str,
+        layout: &Path,
+        extra_args: &[&str],
+        federation: &str,
+    ) -> anyhow::Result<()> {
+        let agent = ProcAgent {
+            name: name.to_string(),
+            region: region.to_string(),
+            layout: layout.to_path_buf(),
+            data: self.dir.join(format!("agent-{name}")),
+            listen: free_addr()?,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            federation: Some(federation.to_string()),
             child: None,
         };
         self.agents.insert(name.to_string(), agent);
@@ -370,7 +397,7 @@ impl ProcCluster {
 
     /// Starts a stopped agent again, on the same data (its cluster kept running meanwhile).
     pub async fn restart_agent(&mut self, name: &str) -> anyhow::Result<()> {
-        let federation = self.addrs().join(",");
+        let all = self.addrs().join(",");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -379,6 +406,7 @@ impl ProcCluster {
         if a.child.is_some() {
             bail!("agent {name} is running");
         }
+        let federation = a.federation.clone().unwrap_or(all);
         let child = Command::new(&self.bin)
             .arg("agent")
             .args(["--cluster", &a.name, "--region", &a.region])
@@ -397,7 +425,15 @@ impl ProcCluster {
             .with_context(|| format!("spawning agent {name}"))?;
         a.child = Some(child);
         let listen = a.listen.clone();
-        wait_for_http(&format!("http://{listen}"), Duration::from_secs(30)).await
+        wait_for_http(&format!("http://{listen}"), Duration::from_secs(30)).await?;
+        // Its local view answers once the agent has fenced and registered; an agent whose
+        // registration is refused never gets there, so this wait is bounded and not an error.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let c = Client::new(&listen)?;
+        while c.agent_local_view().await.is_err() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     pub fn kill9_agent(&mut self, name: &str) -> anyhow::Result<()> {
