@@ -10,14 +10,15 @@
 //! - only after the gang waited `tuning.reservation_after_seconds`, at most
 //!   `tuning.max_reservations` fleet-wide and `tuning.max_reservations_per_cluster` per
 //!   cluster (never two on one cluster's flavor);
-//! - only when the waiting it causes is less than the waiting it saves. Until its expected
-//!   start the hold may keep others waiting for the gang's flavors (if there are any); it
-//!   saves the gang's further starvation, taken to be as long again as it already waited.
-//!   So a reservation is made once its expected start is no further ahead than the gang
-//!   has waited: a gang facing long (or unknown, hence assumed long) running work gets its
-//!   reservation late instead of idling a cluster for hours while the queue grows. Every cycle re-prices a carried reservation against the queue of the
-//!   moment (with a fresh start when the work it waited for overran its estimate), and
-//!   drops it when it no longer pays.
+//! - only when the waiting it causes is less than the waiting it saves, the gang's further
+//!   starvation taken to be as long again as it already waited: its expected start is no
+//!   further ahead than that (a gang facing long or unknown running work gets its
+//!   reservation late instead of idling a cluster for hours), and the capacity it is
+//!   expected to keep idle until then, as the fraction of the cluster it stops times the
+//!   others waiting, is no more than that either (`tuning.reservation_idle_factor`). A
+//!   carried reservation keeps its price while its start is ahead (the queue it makes is
+//!   not held against it); one whose start passed (the work it waited for overran) is
+//!   priced anew and dropped when it no longer pays.
 //!
 //! The cluster chosen is the one where the gang is expected to fit soonest, judged by
 //! returning running workloads' GPUs in order of their expected end. Others of lower
