@@ -253,6 +253,11 @@ pub struct SchedulerTuning {
     /// starve. Smaller work fits into any freed GPUs and only waits its turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation_min_gpus: Option<u64>,
+    /// What a reservation may cost others per second of waiting it saves its gang: the
+    /// GPU-seconds it is expected to keep idle, over the mean GPUs of the pending work, may
+    /// be at most this many times the gang's wait so far (see `reservation`). 0 allows
+    /// reservations only where nobody else waits.
+    pub reservation_idle_factor: f64,
     /// Assumed runtime of work without an estimate: when running work is expected to end
     /// (reservation start times) and how long pending work would hold what it takes
     /// (backfill). Conservative on purpose: a short guess would break reservations.
@@ -288,6 +293,7 @@ impl Default for SchedulerTuning {
             max_reservations: 16,
             max_reservations_per_cluster: 1,
             reservation_min_gpus: None,
+            reservation_idle_factor: 1.0,
             default_runtime_estimate_seconds: 24 * 3600,
             order: QueueOrder::Fifo,
             max_assignments_per_cycle: None,

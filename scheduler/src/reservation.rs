@@ -10,14 +10,15 @@
 //! - only after the gang waited `tuning.reservation_after_seconds`, at most
 //!   `tuning.max_reservations` fleet-wide and `tuning.max_reservations_per_cluster` per
 //!   cluster (never two on one cluster's flavor);
-//! - only when the waiting it causes is less than the waiting it saves. Until its expected
-//!   start the hold may keep others waiting for the gang's flavors (if there are any); it
-//!   saves the gang's further starvation, taken to be as long again as it already waited.
-//!   So a reservation is made once its expected start is no further ahead than the gang
-//!   has waited: a gang facing long (or unknown, hence assumed long) running work gets its
-//!   reservation late instead of idling a cluster for hours while the queue grows. Every cycle re-prices a carried reservation against the queue of the
-//!   moment (with a fresh start when the work it waited for overran its estimate), and
-//!   drops it when it no longer pays.
+//! - only when the waiting it causes is less than the waiting it saves, the gang's further
+//!   starvation taken to be as long again as it already waited: its expected start is no
+//!   further ahead than that (a gang facing long or unknown running work gets its
+//!   reservation late instead of idling a cluster for hours), and the capacity it is
+//!   expected to keep idle until then, as the fraction of the cluster it stops times the
+//!   others waiting, is no more than that either (`tuning.reservation_idle_factor`). A
+//!   carried reservation keeps its price while its start is ahead (the queue it makes is
+//!   not held against it); one whose start passed (the work it waited for overran) is
+//!   priced anew and dropped when it no longer pays.
 //!
 //! The cluster chosen is the one where the gang is expected to fit soonest, judged by
 //! returning running workloads' GPUs in order of their expected end. Others of lower
@@ -100,7 +101,7 @@ impl Cycle<'_> {
             self.shapes[s].reserve_failed = true;
             return false;
         };
-        if !self.worth_holding(s, start, waited) {
+        if !self.worth_holding(s, ci, start, waited, 1.0) {
             return false;
         }
         self.add_hold(HoldKind::Reservation, idx, ci, start);
@@ -118,13 +119,17 @@ impl Cycle<'_> {
         start: DateTime<Utc>,
     ) -> Option<DateTime<Utc>> {
         let s = self.shape_of[idx as usize] as usize;
-        let start = if start > self.now {
-            start
-        } else {
-            self.expected_start(ci, s)
-        };
         let waited = secs_between(self.input.pending[idx as usize].submitted_at, self.now);
-        self.worth_holding(s, start, waited).then_some(start)
+        // A promise still ahead keeps its price: the hold itself makes others queue up, so
+        // pricing it again on that queue would drop it once it started to cost, wasting what
+        // it accumulated. A start that passed (work overran) is a new promise, priced anew.
+        let (start, slack) = if start > self.now {
+            (start, f64::INFINITY)
+        } else {
+            (self.expected_start(ci, s), 1.0)
+        };
+        self.worth_holding(s, ci, start, waited, slack)
+            .then_some(start)
     }
 
     /// Whether the shape is big enough for a reservation: some flavor's gang needs at least
@@ -149,11 +154,23 @@ impl Cycle<'_> {
         })
     }
 
-    /// The hold's price against its benefit, in waiting time (see the module doc): when
-    /// anyone else waits for the gang's flavors, the hold may keep them waiting until
-    /// `start`; it saves the gang's further starvation, taken to be as long again as it
-    /// already waited. With nobody else waiting it costs nothing.
-    fn worth_holding(&mut self, s: usize, start: DateTime<Utc>, waited: u64) -> bool {
+    /// The hold's price against its benefit, in waiting time (see the module doc). With
+    /// nobody else waiting for the gang's flavors it costs nothing. Otherwise two bounds
+    /// must hold: the hold lasts no longer than the gang already waited (the starvation it
+    /// saves, taken to be as long again), and the capacity it is expected to keep idle
+    /// until `start` (`idle_until`) costs the others no more waiting than it saves the gang
+    /// (times `reservation_idle_factor`). Idle GPU-seconds stop that fraction of the
+    /// cluster's capacity for a while, and every other pending workload of those flavors
+    /// waits that while longer: a hold that drains a busy cluster for one gang is priced at
+    /// the whole queue's delay, one on a quiet cluster at little.
+    fn worth_holding(
+        &mut self,
+        s: usize,
+        ci: usize,
+        start: DateTime<Utc>,
+        waited: u64,
+        slack: f64,
+    ) -> bool {
         if self.pending_on_flavor.is_empty() {
             let mut counts = vec![0u32; self.book.flavors.len()];
             for &shape in &self.shape_of {
@@ -166,7 +183,71 @@ impl Cycle<'_> {
         let others = self.shapes[s]
             .flavors()
             .any(|f| self.pending_on_flavor[f] > 1);
-        !others || secs_between(self.now, start) <= waited
+        if !others {
+            return true;
+        }
+        if secs_between(self.now, start) > waited {
+            return false;
+        }
+        // Idle GPU-seconds as the fraction of the cluster's capacity stopped, times the
+        // others kept waiting by it (each waits that long again).
+        let others: u64 = self.shapes[s]
+            .flavors()
+            .map(|f| u64::from(self.pending_on_flavor[f].saturating_sub(1)))
+            .sum();
+        let shape = &self.shapes[s];
+        let capacity: u64 = self.clusters[ci]
+            .pools
+            .iter()
+            .filter(|p| {
+                super::cycle::kind_bit(p.kind) & shape.kinds != 0
+                    && shape.flavors().any(|f| self.book.flavors[f] == p.flavor)
+            })
+            .map(|p| p.total)
+            .sum();
+        let idle = self.idle_until(ci, s, start) as f64;
+        idle * others as f64 / capacity.max(1) as f64
+            <= slack * self.tuning.reservation_idle_factor * waited as f64
+    }
+
+    /// GPU-seconds of the shape's flavors a hold on `ci` is expected to keep idle until
+    /// `start` if nothing backfills: what is free now and what running work returns as it
+    /// ends, each up to the gang's size, until the gang starts.
+    fn idle_until(&self, ci: usize, s: usize, start: DateTime<Utc>) -> u64 {
+        let shape = &self.shapes[s];
+        let gang: u64 = shape.request.iter().map(|(_, n)| n).sum();
+        let mut held: u64 = self.clusters[ci]
+            .pools
+            .iter()
+            .filter(|p| {
+                super::cycle::kind_bit(p.kind) & shape.kinds != 0
+                    && shape.flavors().any(|f| self.book.flavors[f] == p.flavor)
+            })
+            .map(|p| p.free())
+            .sum();
+        let mut ends: Vec<(DateTime<Utc>, u64)> = self
+            .returning_by(ci, s, start)
+            .into_iter()
+            .map(|ri| {
+                let r = &self.running[ri as usize];
+                let g = r
+                    .gpus
+                    .iter()
+                    .filter(|(f, _)| shape.flavors().any(|sf| sf == *f))
+                    .map(|(_, n)| n)
+                    .sum();
+                (r.expected_end.max(self.now), g)
+            })
+            .collect();
+        ends.sort_unstable();
+        let mut idle = 0u64;
+        let mut at = self.now;
+        for (end, g) in ends {
+            idle = idle.saturating_add(held.min(gang).saturating_mul(secs_between(at, end)));
+            held = held.saturating_add(g);
+            at = end;
+        }
+        idle.saturating_add(held.min(gang).saturating_mul(secs_between(at, start)))
     }
 
     /// Running work on `ci` of the shape's flavors expected to end by `start`: what a

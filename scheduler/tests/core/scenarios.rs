@@ -912,9 +912,14 @@ fn big_gang_gets_a_reservation_and_starts_while_small_jobs_keep_flowing() {
     }
     let (reserved, _) = reserved_at.expect("gang got a reservation");
     let started = started_at.expect("gang started");
-    // Reserved once it had waited as long as the reserved cluster's work still needed (at
-    // most the 30 minutes of a small job); started once that work drained.
-    assert!(reserved <= 31, "reserved at cycle {reserved}");
+    // Reserved once it had waited as long as draining the cluster delays the small jobs
+    // waiting (half a cluster idle for up to the 30 minutes of a small job, times the few
+    // waiting, over the cluster: about an hour here), not at once; started once that work
+    // drained, with the reservation kept on one cluster throughout.
+    assert!(
+        (30..=75).contains(&reserved),
+        "reserved at cycle {reserved}"
+    );
     assert!(started - reserved <= small_runtime as usize / cycle_secs as usize + 2);
     assert!(
         small_admitted_while_waiting > 20,
