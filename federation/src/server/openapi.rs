@@ -89,7 +89,7 @@ pub async fn serve() -> Response {
         operations::delete_role_binding, operations::list_queues, operations::list_schedules,
         operations::schedule_timeline, operations::list_priority_classes,
         operations::list_members, operations::register_member, operations::member_heartbeat,
-        operations::member_assignments, operations::member_status, operations::remove_member,
+        operations::member_assignments, operations::member_status, operations::remove_member, operations::readmit_member,
         operations::cordon_member, operations::uncordon_member, operations::drain_member,
         operations::capacity, operations::usage, operations::list_webhooks,
         operations::delete_webhook, operations::cluster_status, operations::cluster_join,
@@ -382,6 +382,12 @@ mod operations {
         params(("name" = String, Path, description = "Member cluster name")),
         responses((status = 200, description = "The member as it was", body = MemberCluster)))]
     fn remove_member() {}
+
+    /// Let a removed member's agent register again (operator)
+    #[utoipa::path(post, path = "/v1/members/{name}/readmit", tag = "members",
+        params(("name" = String, Path, description = "Member cluster name")),
+        responses((status = 200, description = "How many removals were lifted (0: it was not removed)", body = StatusAck)))]
+    fn readmit_member() {}
 
     /// Stop placing new work on a member
     #[utoipa::path(post, path = "/v1/members/{name}/cordon", tag = "members",
