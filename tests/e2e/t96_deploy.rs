@@ -3,7 +3,9 @@
 //! - the alert rules and the Grafana dashboard name only metrics a live node exports;
 //! - the Helm chart: `helm lint --strict`, `helm template`, and every rendered object
 //!   round-tripped through the typed Kubernetes API (k8s-openapi, v1.33) so that a misspelt
-//!   or misplaced field is caught; the agent's rendered config parsed by the agent's own type.
+//!   or misplaced field is caught; the agent's rendered config parsed by the agent's own type;
+//! - the server's start script (chart and plain manifests): credentials from read-only Secret
+//!   mounts, only flags `tideway server --help` knows, and the chart's script run for real.
 //!
 //! promtool (Debian's `prometheus`) and helm (extracted by `scripts/setup.sh`) must be
 //! installed: missing, the tests fail and say to run `scripts/setup.sh`.
