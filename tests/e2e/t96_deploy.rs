@@ -3,7 +3,9 @@
 //! - the alert rules and the Grafana dashboard name only metrics a live node exports;
 //! - the Helm chart: `helm lint --strict`, `helm template`, and every rendered object
 //!   round-tripped through the typed Kubernetes API (k8s-openapi, v1.33) so that a misspelt
-//!   or misplaced field is caught; the agent's rendered config parsed by the agent's own type.
+//!   or misplaced field is caught; the agent's rendered config parsed by the agent's own type;
+//! - the server's start script (chart and plain manifests): credentials from read-only Secret
+//!   mounts, only flags `tideway server --help` knows, and the chart's script run for real.
 //!
 //! promtool (Debian's `prometheus`) and helm (extracted by `scripts/setup.sh`) must be
 //! installed: missing, the tests fail and say to run `scripts/setup.sh`.
@@ -263,6 +265,8 @@ fn schema_check(doc: &Value) {
         "StatefulSet" => round_trip::<apps::v1::StatefulSet>(doc),
         "Deployment" => round_trip::<apps::v1::Deployment>(doc),
         "Service" => round_trip::<core::v1::Service>(doc),
+        "Secret" => round_trip::<core::v1::Secret>(doc),
+        "Namespace" => round_trip::<core::v1::Namespace>(doc),
         "ConfigMap" => round_trip::<core::v1::ConfigMap>(doc),
         "ServiceAccount" => round_trip::<core::v1::ServiceAccount>(doc),
         "PodDisruptionBudget" => round_trip::<policy::v1::PodDisruptionBudget>(doc),
@@ -296,6 +300,13 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
             "federation.replicas=5",
         ][..],
         &["federation.enabled=false", "agent.enabled=true"][..],
+        &["insecure=true", "agent.enabled=true"][..],
+        &[
+            "federation.auth.existingSecret=mine",
+            "federation.clusterSecret.existingSecret=ours",
+            "agent.enabled=true",
+            "agent.token.existingSecret=theirs",
+        ][..],
     ] {
         let docs = render(sets);
         assert!(!docs.is_empty(), "{sets:?} renders nothing");
@@ -397,7 +408,7 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
     assert!(v["federation"].as_str().unwrap().starts_with("http://"));
 
     // Without peerListen, peers reach each other on the API port.
-    let docs = render(&[]);
+    let docs = render(&["federation.peerListen=false"]);
     let script =
         find(&docs, "StatefulSet", "tw")["spec"]["template"]["spec"]["containers"][0]["args"][0]
             .as_str()
@@ -409,4 +420,372 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         docs.iter().all(|d| d["kind"] != "Deployment"),
         "agent off by default"
     );
+}
+
+/// The long flags `tideway server --help` lists: a flag renamed in src/cli.rs and not in the
+/// manifests (or the reverse) fails the checks below.
+fn server_flags() -> BTreeSet<String> {
+    let help = run(Command::new(BIN).args(["server", "--help"]));
+    let flags = flags_in(&help);
+    for f in ["--id", "--listen", "--auth-tokens", "--cluster-secret-file"] {
+        assert!(
+            flags.contains(f),
+            "`tideway server --help` lacks {f}:\n{help}"
+        );
+    }
+    flags
+}
+
+/// Every `--flag` written in `text`.
+fn flags_in(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        let name: String = rest[i + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if !name.is_empty() {
+            out.insert(format!("--{name}"));
+        }
+        rest = &rest[i + 2 + name.len()..];
+    }
+    out
+}
+
+/// The federation container's start script (`sh -c`) and the container itself.
+fn start_script(docs: &[Value], name: &str) -> (String, Value) {
+    let c = find(docs, "StatefulSet", name)["spec"]["template"]["spec"]["containers"][0].clone();
+    let script = c["args"][0].as_str().expect("the start script").to_string();
+    (script, c)
+}
+
+const SECURE: [&str; 3] = ["--auth-tokens", "--token-file", "--cluster-secret-file"];
+const INSECURE: [&str; 2] = ["--insecure-allow-anonymous", "--insecure-peer-plane"];
+
+/// Checks that each credential file the script names (`--flag PATH`) is mounted read-only
+/// from the key of the expected Secret.
+fn assert_mounted_from_secrets(script: &str, sts: &Value, secrets: &[(&str, &str)]) {
+    let pod = &sts["spec"]["template"]["spec"];
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    let volumes = pod["volumes"].as_array().expect("volumes");
+    for (flag, secret) in SECURE.iter().zip(secrets) {
+        let path = script
+            .split_whitespace()
+            .skip_while(|w| w != flag)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{flag} has no path in:\n{script}"));
+        let (dir, file) = path.rsplit_once('/').unwrap();
+        let m = mounts
+            .iter()
+            .find(|m| m["mountPath"] == dir)
+            .unwrap_or_else(|| panic!("{path} ({flag}) is not mounted"));
+        assert_eq!(m["readOnly"], true, "{path} is mounted writable");
+        let v = volumes
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .expect("the mount's volume");
+        assert_eq!(v["secret"]["secretName"], secret.0, "{flag}");
+        let items = v["secret"]["items"].as_array().unwrap();
+        assert!(
+            items
+                .iter()
+                .any(|i| i["path"] == file && i["key"] == secret.1),
+            "{flag}: {path} is not key {} of {}",
+            secret.1,
+            secret.0
+        );
+    }
+}
+
+/// The federation must start where it is deployed: `tideway server` refuses a non-loopback
+/// address without a token file and a cluster secret (or the explicit insecure flags), so
+/// the chart and the plain manifests pass them, from Secrets mounted read-only, with flags
+/// the server knows.
+#[test]
+fn the_manifests_start_the_server_with_credentials_and_known_flags() {
+    let known = server_flags();
+    let unknown = |script: &str| -> Vec<String> {
+        flags_in(script)
+            .into_iter()
+            .filter(|f| !known.contains(f))
+            .collect()
+    };
+
+    // The chart, by default: secure, peer plane on its own port.
+    let docs = render(&["agent.enabled=true"]);
+    let (script, _) = start_script(&docs, "tw");
+    assert!(
+        unknown(&script).is_empty(),
+        "unknown flags {:?} in:\n{script}",
+        unknown(&script)
+    );
+    let flags = flags_in(&script);
+    for f in SECURE.iter().chain(&["--peer-listen", "--peer-advertise"]) {
+        assert!(flags.contains(*f), "no {f} in:\n{script}");
+    }
+    for f in INSECURE {
+        assert!(!flags.contains(f), "{f} by default:\n{script}");
+    }
+    let sts = find(&docs, "StatefulSet", "tw");
+    assert_mounted_from_secrets(
+        &script,
+        sts,
+        &[
+            ("tw-auth", "tokens.yaml"),
+            ("tw-auth", "join.token"),
+            ("tw-cluster", "cluster.secret"),
+        ],
+    );
+    // The chart makes the cluster secret (48 random characters) unless told to use another.
+    let generated = find(&docs, "Secret", "tw-cluster")["data"]["cluster.secret"]
+        .as_str()
+        .expect("a generated cluster secret")
+        .to_string();
+    assert_eq!(generated.len(), 64, "48 bytes in base64: {generated}");
+    assert_ne!(
+        generated,
+        find(&render(&[]), "Secret", "tw-cluster")["data"]["cluster.secret"]
+            .as_str()
+            .unwrap(),
+        "not random"
+    );
+    let agent = &find(&docs, "Deployment", "tw-agent")["spec"]["template"]["spec"];
+    let args: Vec<&str> = agent["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--token-file")
+        .expect("agent --token-file");
+    assert_eq!(args[at + 1], "/etc/tideway/token/token");
+    assert!(
+        agent["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "tw-agent-token"),
+        "{agent}"
+    );
+
+    // Existing Secrets named in values: used, and none generated.
+    let docs = render(&[
+        "federation.auth.existingSecret=mine",
+        "federation.clusterSecret.existingSecret=ours",
+    ]);
+    let (script, _) = start_script(&docs, "tw");
+    assert_mounted_from_secrets(
+        &script,
+        find(&docs, "StatefulSet", "tw"),
+        &[
+            ("mine", "tokens.yaml"),
+            ("mine", "join.token"),
+            ("ours", "cluster.secret"),
+        ],
+    );
+    assert!(
+        docs.iter().all(|d| d["kind"] != "Secret"),
+        "a Secret made anyway"
+    );
+
+    // insecure=true: the two explicit flags, no credentials, no Secrets.
+    let docs = render(&["insecure=true", "agent.enabled=true"]);
+    let (script, c) = start_script(&docs, "tw");
+    assert!(
+        unknown(&script).is_empty(),
+        "unknown flags {:?} in:\n{script}",
+        unknown(&script)
+    );
+    let flags = flags_in(&script);
+    for f in INSECURE {
+        assert!(flags.contains(f), "no {f} in:\n{script}");
+    }
+    for f in SECURE {
+        assert!(!flags.contains(f), "{f} with insecure=true:\n{script}");
+    }
+    assert_eq!(c["volumeMounts"].as_array().unwrap().len(), 1, "{c}");
+    assert!(docs.iter().all(|d| d["kind"] != "Secret"));
+    let agent = find(&docs, "Deployment", "tw-agent");
+    assert!(!agent.to_string().contains("--token-file"), "{agent}");
+
+    // The plain manifests: the same flags, and every object matches the Kubernetes schema.
+    let mut plain = Vec::new();
+    for dir in ["deploy/kubernetes/federation", "deploy/kubernetes/agent"] {
+        let dir = repo().join(dir);
+        let k: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap(),
+        )
+        .unwrap();
+        for file in k["resources"].as_array().unwrap() {
+            let text = std::fs::read_to_string(dir.join(file.as_str().unwrap())).unwrap();
+            for d in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+                if !d.is_null() {
+                    schema_check(&d);
+                    plain.push(d);
+                }
+            }
+        }
+    }
+    let (script, _) = start_script(&plain, "tideway");
+    assert!(
+        unknown(&script).is_empty(),
+        "unknown flags {:?} in:\n{script}",
+        unknown(&script)
+    );
+    let flags = flags_in(&script);
+    for f in SECURE.iter().chain(&["--peer-listen"]) {
+        assert!(flags.contains(*f), "no {f} in deploy/kubernetes:\n{script}");
+    }
+    assert_mounted_from_secrets(
+        &script,
+        find(&plain, "StatefulSet", "tideway"),
+        &[
+            ("tideway-auth", "tokens.yaml"),
+            ("tideway-auth", "join.token"),
+            ("tideway-cluster", "cluster.secret"),
+        ],
+    );
+    let agent = find(&plain, "Deployment", "tideway-agent");
+    assert!(agent.to_string().contains("--token-file"), "{agent}");
+}
+
+/// A port no one listens on now.
+fn free_port() -> u16 {
+    let a = tideway_testkit::free_addr().unwrap();
+    a.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+/// Runs a rendered start script as pod `tw-0` would, with the credential files and the data
+/// volume under `dir`.
+fn run_script(script: &str, dir: &Path, log: &Path) -> std::process::Child {
+    let script = script
+        .replace("/etc/tideway/", &format!("{}/", dir.display()))
+        .replace("/var/lib/tideway", &dir.join("data").display().to_string());
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::fs::File::create(log).unwrap();
+    Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("PATH", path)
+        .env("POD_NAME", "tw-0")
+        .env("POD_NAMESPACE", "tideway-system")
+        .env("TIDEWAY_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("sh runs the start script")
+}
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The chart's start script, run as it is (listening on every interface) with its Secrets as
+/// files: the node starts, answers `/healthz`, requires the token on the API and the secret
+/// on the peer plane. Without the credential flags the same script exits at start, so the
+/// check would catch a chart that drops them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_start_script_starts_a_node_that_requires_credentials() {
+    let _g = serial().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (api, peer) = (free_port(), free_port());
+    let docs = render(&[
+        &format!("federation.ports.api={api}"),
+        &format!("federation.ports.peer={peer}"),
+    ]);
+    let (script, _) = start_script(&docs, "tw");
+
+    let token = "tw_chart_admin_token_0123456789";
+    let secret = "a-cluster-secret-of-enough-bytes";
+    for d in ["auth", "cluster", "data"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(
+        dir.join("auth/tokens.yaml"),
+        format!(
+            "tokens:\n- subject: admin\n  groups: [system:admins]\n  sha256: {}\n",
+            tideway_federation::server::auth::hash_token(token)
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("auth/join.token"), format!("{token}\n")).unwrap();
+    std::fs::write(dir.join("cluster/cluster.secret"), secret).unwrap();
+
+    // The same script without its credential flags: refused at start.
+    let bare: String = script
+        .lines()
+        .filter(|l| !SECURE.iter().any(|f| l.contains(f)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(bare, script);
+    let log = dir.join("bare.log");
+    let mut child = run_script(&bare, dir, &log);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "started without credentials:\n{text}");
+    assert!(text.contains("refusing to serve"), "{text}");
+    std::fs::remove_dir_all(dir.join("data")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+
+    let log = dir.join("node.log");
+    let mut node = Killed(run_script(&script, dir, &log));
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{api}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            break;
+        }
+        if let Ok(Some(status)) = node.0.try_wait() {
+            panic!(
+                "the rendered server exited ({status}):\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no /healthz in 30 s:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let url = format!("{base}/v1/cluster/status");
+    let anon = status(http.get(&url).send().await.unwrap());
+    let authed = status(http.get(&url).bearer_auth(token).send().await.unwrap());
+    let peer_url = format!("http://127.0.0.1:{peer}/raft/vote");
+    let no_secret = status(http.post(&peer_url).body("{}").send().await.unwrap());
+    let with_secret = status(
+        http.post(&peer_url)
+            .header("x-tideway-cluster-secret", secret)
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+    );
+    let tail = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(anon, 401, "{}", tail());
+    assert_eq!(authed, 200, "{}", tail());
+    assert_eq!(no_secret, 403, "{}", tail());
+    // Past the secret check (Raft itself then refuses the empty vote).
+    assert_ne!(with_secret, 403, "{}", tail());
 }

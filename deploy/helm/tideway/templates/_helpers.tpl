@@ -25,3 +25,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "tideway.peers" -}}
 {{ .Release.Name }}-peers
 {{- end }}
+
+{{/* The Secrets the pods mount: named in values, else named after the release. */}}
+{{- define "tideway.authSecret" -}}
+{{ .Values.federation.auth.existingSecret | default (printf "%s-auth" .Release.Name) }}
+{{- end }}
+
+{{- define "tideway.clusterSecret" -}}
+{{ .Values.federation.clusterSecret.existingSecret | default (printf "%s-cluster" .Release.Name) }}
+{{- end }}
+
+{{- define "tideway.agentTokenSecret" -}}
+{{ .Values.agent.token.existingSecret | default (printf "%s-agent-token" .Release.Name) }}
+{{- end }}
