@@ -206,6 +206,12 @@ pub enum Command {
     /// Drop the audit records numbered below `before_seq` (chosen by the leader from its
     /// audit retention setting).
     CompactAudit { before_seq: u64, at: DateTime<Utc> },
+    /// Hand-over notices from the leader's cycle: each running workload should checkpoint by
+    /// its deadline and keep running (recorded on its assignment; see `state::checkpoints`).
+    RequestCheckpoints {
+        notices: Vec<super::checkpoints::CheckpointRequest>,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Command {
