@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use backon::{BackoffBuilder, ExponentialBuilder};
+use chrono::{DateTime, Utc};
 
 use tideway_api::agent::{Desired, Heartbeat, LocalStatus, RegisterRequest, StatusReport};
 use tideway_api::client::{Client, ClientError};

@@ -20,8 +20,7 @@ use tideway_api::audit::AuditEventList;
 use tideway_api::capacity::CapacityView;
 use tideway_api::cluster::{
     JoinAck, JoinRequest, NodeStatus, PartitionAck, PartitionRequest, PromoteAck, PromoteRequest,
-    RemoveAck, RemoveRequest,
-    SnapshotAck,
+    RemoveAck, RemoveRequest, SnapshotAck,
 };
 use tideway_api::explain::ExplainResponse;
 // The lists are named by their generic type, not the aliases (`QueueList`), so that each

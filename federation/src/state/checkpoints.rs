@@ -33,8 +33,7 @@ impl CheckpointRequest {
             .get(self.cluster.as_str())
             .and_then(|m| m.get(self.uid.as_str()))
             .is_some_and(|rec| {
-                rec.desired == Desired::Run
-                    && rec.checkpoint_by.is_none_or(|d| d < self.deadline)
+                rec.desired == Desired::Run && rec.checkpoint_by.is_none_or(|d| d < self.deadline)
             })
     }
 }
@@ -172,10 +171,7 @@ mod tests {
             s.apply(7, notice("u1", t(90_000))),
             CommandResult::Updated { count: 1 }
         );
-        assert_eq!(
-            s.assignments["a"]["u1"].checkpoint_by,
-            Some(t(90_000))
-        );
+        assert_eq!(s.assignments["a"]["u1"].checkpoint_by, Some(t(90_000)));
         assert_eq!(kinds(&s, AuditKind::CheckpointRequested), 2);
     }
 

@@ -292,10 +292,7 @@ impl Backend for KubeBackend {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(labels::CHECKPOINT_BY));
-            if finished
-                || job.metadata.deletion_timestamp.is_some()
-                || current == Some(&value)
-            {
+            if finished || job.metadata.deletion_timestamp.is_some() || current == Some(&value) {
                 continue;
             }
             let patch = json!({"metadata": {"annotations": {labels::CHECKPOINT_BY: value}}});

@@ -507,7 +507,8 @@ async fn a_checkpoint_notice_annotates_the_volcano_job_and_keeps_it() {
     let job = volcano_job(2, "Running", "", "6000");
     let name = job["metadata"]["name"].as_str().expect("name").to_owned();
     let mut patched = job.clone();
-    patched["metadata"]["annotations"] = json!({"tideway.dev/checkpoint-by": "2025-06-01T13:00:00Z"});
+    patched["metadata"]["annotations"] =
+        json!({"tideway.dev/checkpoint-by": "2025-06-01T13:00:00Z"});
     let server = server.run(Scenario::Exchanges(vec![
         Exchange::get(uid_list_uri(&uid(3)), volcano_list("6000", &[job])),
         Exchange::send(

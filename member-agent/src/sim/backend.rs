@@ -182,10 +182,10 @@ mod tests {
     use crate::backend::LocalPhase;
     use crate::sim::cluster::FaultPolicy;
     use crate::sim::cluster::tests::{assignment, small, t};
+    use chrono::TimeDelta;
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
-    use chrono::TimeDelta;
     use tideway_api::clock::ManualClock;
 
     /// The sim backend never awaits anything, so one poll finishes every call: a tiny
@@ -297,9 +297,7 @@ mod tests {
         clock.advance(Duration::from_secs(100));
         let lost = |b: &SimBackend| {
             let c = b.cluster().lock().unwrap();
-            c.workload("long", 1)
-                .unwrap()
-                .work_since_checkpoint(t(100))
+            c.workload("long", 1).unwrap().work_since_checkpoint(t(100))
         };
         assert_eq!(lost(&b), TimeDelta::seconds(100));
         block_on(b.checkpoint("long", t(600))).unwrap();
