@@ -148,7 +148,7 @@ pub enum Cmd {
         queue: Option<String>,
         /// Submitted, Assigned, Preempted, Running, Succeeded, Failed, Requeued, Cancelled,
         /// Compacted, PolicyChanged, MemberRegistered, MemberHealth, TidalTransition,
-        /// PolicyRolledBack (any case).
+        /// PolicyRolledBack, AccessChanged, CheckpointRequested (any case).
         #[arg(long)]
         kind: Option<String>,
         /// Only records at or after this time (RFC 3339).

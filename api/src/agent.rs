@@ -115,6 +115,11 @@ pub struct AssignmentRecord {
     pub assignment: Assignment,
     /// What the agent should do with it now.
     pub desired: Desired,
+    /// A hand-over notice: checkpoint by then and keep running (a quota boundary that lowers
+    /// this workload's side is coming). Absent from older servers, and ignored by older
+    /// agents, so the assignment list decodes either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_by: Option<DateTime<Utc>>,
 }
 
 /// `POST /v1/members/register`.
@@ -197,6 +202,24 @@ pub struct LocalView {
     pub creations: u64,
     /// Every workload the cluster holds, with its local phase.
     pub workloads: Vec<LocalStatus>,
+    /// The checkpoints the cluster took on a hand-over notice, one per (workload, deadline).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<LocalCheckpoint>,
+}
+
+/// A checkpoint a member cluster took on a hand-over notice (`checkpointBy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LocalCheckpoint {
+    /// The workload's uid.
+    pub uid: String,
+    /// The attempt that checkpointed.
+    pub attempt: u32,
+    /// When it checkpointed: work since then is what a reclaim would lose.
+    pub at: DateTime<Utc>,
+    /// The notice's deadline it answered.
+    pub deadline: DateTime<Utc>,
 }
 
 /// A node fault, as a sim agent injects it (`POST /v1/faults` on the agent) and as node health

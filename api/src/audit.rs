@@ -37,11 +37,13 @@ pub enum AuditKind {
     PolicyRolledBack,
     /// A role binding was created, replaced or deleted.
     AccessChanged,
+    /// A running workload was asked to checkpoint by a coming quota boundary, and keep running.
+    CheckpointRequested,
 }
 
 impl AuditKind {
     /// Every kind.
-    pub const ALL: [AuditKind; 15] = [
+    pub const ALL: [AuditKind; 16] = [
         Self::Submitted,
         Self::Assigned,
         Self::Preempted,
@@ -57,6 +59,7 @@ impl AuditKind {
         Self::TidalTransition,
         Self::PolicyRolledBack,
         Self::AccessChanged,
+        Self::CheckpointRequested,
     ];
 
     /// The name as serialized (`Cancelled`).
@@ -77,6 +80,7 @@ impl AuditKind {
             Self::TidalTransition => "TidalTransition",
             Self::PolicyRolledBack => "PolicyRolledBack",
             Self::AccessChanged => "AccessChanged",
+            Self::CheckpointRequested => "CheckpointRequested",
         }
     }
 }

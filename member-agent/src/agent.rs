@@ -6,12 +6,13 @@
 //! answers again the agent re-registers, resumes its assignments from the last revision it
 //! applied, and re-sends every status (all of it idempotent).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use chrono::{DateTime, Utc};
 
 use tideway_api::agent::{
     Desired, Heartbeat, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
@@ -333,6 +334,9 @@ async fn follow_assignments<B: Backend>(
     let mut revision = 0u64;
     let mut resumed = 0u64;
     let mut delays = retry_delays();
+    // Notices passed to the backend, by (uid, deadline): each once per agent run (the
+    // backends are idempotent too, for the replay after a restart).
+    let mut noticed: HashSet<(String, DateTime<Utc>)> = HashSet::new();
     loop {
         if *stop.borrow() {
             return;
@@ -369,7 +373,20 @@ async fn follow_assignments<B: Backend>(
                 for rec in &page.items {
                     let uid = rec.assignment.uid().to_string();
                     let res = match &rec.desired {
-                        Desired::Run => backend.ensure(&rec.assignment).await,
+                        Desired::Run => match backend.ensure(&rec.assignment).await {
+                            Ok(()) => match rec.checkpoint_by {
+                                Some(by) if !noticed.contains(&(uid.clone(), by)) => {
+                                    let r = backend.checkpoint(&uid, by).await;
+                                    if r.is_ok() {
+                                        tracing::info!(%uid, %by, "checkpoint notice passed on");
+                                        noticed.insert((uid.clone(), by));
+                                    }
+                                    r
+                                }
+                                _ => Ok(()),
+                            },
+                            Err(e) => Err(e),
+                        },
                         Desired::Preempt { grace_seconds } => {
                             backend
                                 .preempt(&uid, Duration::from_secs(*grace_seconds))

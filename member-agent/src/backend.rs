@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use tideway_api::digest::CapacityDigest;
 
 pub use tideway_api::agent::{Assignment, LocalPhase, LocalStatus};
@@ -39,6 +41,14 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         uid: &str,
         grace: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// A hand-over notice: the workload should checkpoint by `by` and keep running.
+    /// Idempotent per (workload, deadline); a workload not running here is fine.
+    fn checkpoint(
+        &self,
+        uid: &str,
+        by: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Deletes the workload's objects (cancelled upstream). Absent is fine.

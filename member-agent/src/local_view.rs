@@ -54,16 +54,17 @@ async fn local(State(v): State<ViewState>) -> Result<Json<LocalView>, (StatusCod
         .statuses()
         .await
         .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let creations = v
+    let (creations, checkpoints) = v
         .backend
         .cluster()
         .lock()
-        .map(|c| c.creations())
-        .unwrap_or(0);
+        .map(|c| (c.creations(), c.checkpoints()))
+        .unwrap_or_default();
     Ok(Json(LocalView {
         cluster: v.cluster.as_str().into(),
         creations,
         workloads,
+        checkpoints,
     }))
 }
 

@@ -19,6 +19,7 @@ use crate::propose::Proposer;
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
 use crate::state::FederationState;
+use crate::state::checkpoints::CheckpointRequest;
 use crate::state::command::Command;
 use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision, Reservation};
 use tideway_scheduler::{
@@ -248,6 +249,21 @@ pub fn decisions_of(
     d
 }
 
+/// The cycle's hand-over notices that would change the state. The core gives a notice every
+/// cycle until the work checkpoints; the ones already on their assignments are not proposed
+/// again, so each notice costs one log entry.
+pub fn checkpoints_of(state: &FederationState, out: &SchedulerOutput) -> Vec<CheckpointRequest> {
+    out.checkpoints
+        .iter()
+        .map(|n| CheckpointRequest {
+            uid: n.uid.clone(),
+            cluster: n.cluster.clone(),
+            deadline: n.deadline,
+        })
+        .filter(|n| n.takes_effect(state))
+        .collect()
+}
+
 /// Runs a cycle every `cycle_interval` on the leader.
 pub async fn schedule_loop(
     raft: Raft,
@@ -297,8 +313,17 @@ pub async fn schedule_loop(
         // Scheduling never takes more than about a fifth of a core, however large the
         // backlog: the leader's first duty is to commit.
         pause = pause.max(took * 4);
-        let decisions = {
+        let (decisions, notices) = {
             let Ok(d) = data.read() else { continue };
+            let notices = checkpoints_of(&d.state, &output);
+            for n in &notices {
+                tracing::info!(
+                    uid = %n.uid,
+                    cluster = %n.cluster,
+                    deadline = %n.deadline,
+                    "checkpoint notice before a quota boundary"
+                );
+            }
             let mut decisions = decisions_of(&d.state, &output, now);
             decisions.policy_version = Some(version);
             for a in &decisions.assign {
@@ -343,7 +368,7 @@ pub async fn schedule_loop(
                             .map_or("", |w| w.spec.queue.as_str())
                     }),
             );
-            decisions
+            (decisions, notices)
         };
         let by_uid = output
             .decisions
@@ -357,6 +382,13 @@ pub async fn schedule_loop(
                 output,
                 by_uid,
             }));
+        }
+        if !notices.is_empty()
+            && let Err(e) = proposer
+                .propose(Command::RequestCheckpoints { notices, at: now })
+                .await
+        {
+            tracing::warn!(error = %e, "could not commit checkpoint notices");
         }
         if decisions.is_empty() && decisions.reservations.is_empty() {
             continue;

@@ -74,6 +74,9 @@ pub(super) enum Hint {
         to: Option<String>,
         boundary: DateTime<Utc>,
     },
+    Checkpoints {
+        notices: Vec<(String, String, DateTime<Utc>)>,
+    },
     Quiet,
 }
 
@@ -216,6 +219,15 @@ impl Hint {
                     from: from.clone(),
                     to: to.clone(),
                     boundary: *boundary,
+                },
+                LEADER.into(),
+            ),
+            Command::RequestCheckpoints { notices, .. } => (
+                Hint::Checkpoints {
+                    notices: notices
+                        .iter()
+                        .map(|n| (n.uid.to_string(), n.cluster.to_string(), n.deadline))
+                        .collect(),
                 },
                 LEADER.into(),
             ),
@@ -528,6 +540,37 @@ impl FederationState {
                         evidence: format!(
                             "to make room for {preemptor}: checkpoint and stop within {grace} s \
                              (notice at {at}); {checkpoint}"
+                        ),
+                        cluster: Some(cluster),
+                    });
+                }
+            }
+            (Hint::Checkpoints { notices }, _) => {
+                for (uid, cluster, deadline) in notices {
+                    let Some(rec) = self.assignments.get(&cluster).and_then(|m| m.get(&uid)) else {
+                        continue;
+                    };
+                    if rec.revision != index || rec.checkpoint_by != Some(deadline) {
+                        continue;
+                    }
+                    let w = &rec.assignment.workload;
+                    let last = w
+                        .spec
+                        .checkpoint
+                        .as_ref()
+                        .and_then(|c| c.last_checkpoint_at)
+                        .map_or("no checkpoint reported".to_string(), |t| {
+                            format!("last checkpoint at {}", t.to_rfc3339())
+                        });
+                    recs.push(Rec {
+                        version: None,
+                        kind: AuditKind::CheckpointRequested,
+                        workload: Some(w.metadata.name.clone()),
+                        queue: Some(w.spec.queue.clone()),
+                        evidence: format!(
+                            "a quota boundary lowers its side's share: checkpoint by {} and \
+                             keep running; {last}",
+                            deadline.to_rfc3339()
                         ),
                         cluster: Some(cluster),
                     });

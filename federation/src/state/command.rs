@@ -212,6 +212,12 @@ pub enum Command {
     CompactAudit { before_seq: u64, at: DateTime<Utc> },
     /// An operator lets a removed member's agent register it again.
     ReadmitMember { name: String, at: DateTime<Utc> },
+    /// Hand-over notices from the leader's cycle: each running workload should checkpoint by
+    /// its deadline and keep running (recorded on its assignment; see `state::checkpoints`).
+    RequestCheckpoints {
+        notices: Vec<super::checkpoints::CheckpointRequest>,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Command {

@@ -437,6 +437,7 @@ impl FederationState {
                 attempt,
             },
             desired: Desired::Run,
+            checkpoint_by: None,
         };
         self.assignments
             .entry(cluster.to_string())

@@ -6,6 +6,7 @@
 pub mod access;
 pub mod audit;
 pub mod bootstrap;
+pub mod checkpoints;
 pub mod command;
 pub mod idempotency;
 pub mod lifecycle;
@@ -404,6 +405,10 @@ impl FederationState {
             Command::CompactAudit { before_seq, at } => {
                 self.tick(at);
                 self.compact_audit(before_seq)
+            }
+            Command::RequestCheckpoints { notices, at } => {
+                self.tick(at);
+                self.request_checkpoints(&notices, index)
             }
         }
     }

@@ -25,6 +25,9 @@ pub const KUEUE_MIN_PARALLELISM: &str = "kueue.x-k8s.io/job-min-parallelism";
 pub const PREEMPT_AT: &str = "tideway.dev/preempt-at";
 /// Tells the workload (e.g. via a downward-API volume) to write a checkpoint now.
 pub const CHECKPOINT_REQUESTED: &str = "tideway.dev/checkpoint-requested";
+/// A hand-over notice (RFC 3339): checkpoint by then and keep running. Unlike a preemption
+/// nothing is deleted; the workload watches the annotation (e.g. a downward-API volume).
+pub const CHECKPOINT_BY: &str = "tideway.dev/checkpoint-by";
 
 /// Every Kubernetes name we create is a DNS-1123 label.
 pub const MAX_NAME_LEN: usize = 63;

@@ -276,6 +276,39 @@ impl Backend for KubeBackend {
         Ok(())
     }
 
+    /// Annotates every live job of the workload with the notice's deadline (merge patch);
+    /// a job that carries it already is left alone, so a replayed notice makes no write.
+    async fn checkpoint(&self, uid: &str, by: DateTime<Utc>) -> Result<(), BackendError> {
+        let now = self.now();
+        let value = by.to_rfc3339_opts(SecondsFormat::Secs, true);
+        for job in self.list_jobs(&labels::uid_selector(uid)).await? {
+            let Some(name) = job.metadata.name.clone() else {
+                continue;
+            };
+            let finished = status::local_status(self.config.mode, &job, now)
+                .is_none_or(|s| s.phase.is_terminal());
+            let current = job
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::CHECKPOINT_BY));
+            if finished || job.metadata.deletion_timestamp.is_some() || current == Some(&value) {
+                continue;
+            }
+            let patch = json!({"metadata": {"annotations": {labels::CHECKPOINT_BY: value}}});
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            match self.jobs.patch(&name, &pp, &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(classify(&format!("annotate job {name}"), e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes every attempt of the workload in one `deletecollection`; pods go with them
     /// (background propagation). Nothing there (404) is success.
     async fn remove(&self, uid: &str) -> Result<(), BackendError> {

@@ -502,6 +502,51 @@ async fn preempt_requests_a_checkpoint_and_sets_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_checkpoint_notice_annotates_the_volcano_job_and_keeps_it() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, NOW);
+    let job = volcano_job(2, "Running", "", "6000");
+    let name = job["metadata"]["name"].as_str().expect("name").to_owned();
+    let mut patched = job.clone();
+    patched["metadata"]["annotations"] =
+        json!({"tideway.dev/checkpoint-by": "2025-06-01T13:00:00Z"});
+    let server = server.run(Scenario::Exchanges(vec![
+        Exchange::get(uid_list_uri(&uid(3)), volcano_list("6000", &[job])),
+        Exchange::send(
+            Method::PATCH,
+            format!("{VOLCANO_JOBS}/{name}?&fieldManager=tideway-agent"),
+            json!({"metadata": {"annotations": {
+                "tideway.dev/checkpoint-by": "2025-06-01T13:00:00Z"
+            }}}),
+        )
+        .content_type("application/merge-patch+json")
+        .respond(StatusCode::OK, patched.to_string()),
+    ]));
+    backend
+        .checkpoint(&uid(3), at("2025-06-01T13:00:00Z"))
+        .await
+        .expect("annotated");
+    verified(server).await;
+}
+
+/// A replayed notice finds the annotation and writes nothing: the verifier would fail on
+/// any request beyond the list.
+#[tokio::test]
+async fn a_replayed_checkpoint_notice_makes_no_write() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, NOW);
+    let mut job = volcano_job(2, "Running", "", "6001");
+    job["metadata"]["annotations"] = json!({"tideway.dev/checkpoint-by": "2025-06-01T13:00:00Z"});
+    let server = server.run(Scenario::Exchanges(vec![Exchange::get(
+        uid_list_uri(&uid(3)),
+        volcano_list("6001", &[job]),
+    )]));
+    backend
+        .checkpoint(&uid(3), at("2025-06-01T13:00:00Z"))
+        .await
+        .expect("nothing to do");
+    verified(server).await;
+}
+
+#[tokio::test]
 async fn preempt_after_the_deadline_deletes_the_job() {
     let (backend, server) = testcontext(SchedulerMode::Volcano, "2025-06-01T12:05:01Z");
     let mut job = volcano_job(2, "Running", "", "6001");

@@ -157,6 +157,12 @@ impl Backend for SimBackend {
         })
     }
 
+    async fn checkpoint(&self, uid: &str, by: DateTime<Utc>) -> Result<(), BackendError> {
+        self.with_cluster(|c, now| {
+            c.checkpoint(uid, by, now);
+        })
+    }
+
     async fn remove(&self, uid: &str) -> Result<(), BackendError> {
         self.with_cluster(|c, now| {
             c.remove(uid);
@@ -176,6 +182,7 @@ mod tests {
     use crate::backend::LocalPhase;
     use crate::sim::cluster::FaultPolicy;
     use crate::sim::cluster::tests::{assignment, small, t};
+    use chrono::TimeDelta;
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
@@ -279,6 +286,32 @@ mod tests {
         block_on(b.remove("long")).unwrap();
         block_on(b.remove("long")).unwrap();
         assert_eq!(phase_of(&b, "long"), None);
+    }
+
+    /// A hand-over notice: the running workload checkpoints at once (the work a stop would
+    /// lose drops to zero), keeps running, and a replay of the same notice changes nothing.
+    #[test]
+    fn a_checkpoint_notice_checkpoints_once_and_keeps_running() {
+        let (b, clock) = backend();
+        block_on(b.ensure(&assignment("long", 1, 8, None))).unwrap();
+        clock.advance(Duration::from_secs(100));
+        let lost = |b: &SimBackend| {
+            let c = b.cluster().lock().unwrap();
+            c.workload("long", 1).unwrap().work_since_checkpoint(t(100))
+        };
+        assert_eq!(lost(&b), TimeDelta::seconds(100));
+        block_on(b.checkpoint("long", t(600))).unwrap();
+        assert_eq!(lost(&b), TimeDelta::zero());
+        assert_eq!(phase_of(&b, "long"), Some(LocalPhase::Running));
+        let cps = b.cluster().lock().unwrap().checkpoints();
+        assert_eq!(cps.len(), 1);
+        assert_eq!((cps[0].at, cps[0].deadline), (t(100), t(600)));
+
+        clock.advance(Duration::from_secs(50));
+        block_on(b.checkpoint("long", t(600))).unwrap();
+        let cps = b.cluster().lock().unwrap().checkpoints();
+        assert_eq!(cps[0].at, t(100), "one checkpoint per notice");
+        block_on(b.checkpoint("nope", t(600))).unwrap();
     }
 
     #[test]

@@ -122,6 +122,12 @@ pub struct SimWorkload {
     pub stop_at: Option<DateTime<Utc>>,
     /// Why the last scheduling pass left it pending.
     pub pending_reason: Option<PlacementError>,
+    /// When it last wrote a checkpoint on a hand-over notice.
+    #[serde(default)]
+    pub last_checkpoint_at: Option<DateTime<Utc>>,
+    /// The deadline of the notice that checkpoint answered: one checkpoint per notice.
+    #[serde(default)]
+    pub checkpointed_for: Option<DateTime<Utc>>,
 }
 
 impl SimWorkload {
@@ -167,6 +173,18 @@ impl SimWorkload {
 
     fn is_active(&self) -> bool {
         !self.phase.is_terminal()
+    }
+
+    /// Work a stop at `now` would lose: the time running since its start or its last
+    /// checkpoint, whichever is later; zero unless running.
+    pub fn work_since_checkpoint(&self, now: DateTime<Utc>) -> TimeDelta {
+        match (&self.phase, self.started_at) {
+            (LocalPhase::Running, Some(start)) => {
+                let from = self.last_checkpoint_at.map_or(start, |c| c.max(start));
+                (now - from).max(TimeDelta::zero())
+            }
+            _ => TimeDelta::zero(),
+        }
     }
 }
 
@@ -359,6 +377,8 @@ impl SimCluster {
                 runtime,
                 stop_at: None,
                 pending_reason: None,
+                last_checkpoint_at: None,
+                checkpointed_for: None,
             },
         );
         Ok(Ensured::Created)
@@ -438,6 +458,42 @@ impl SimCluster {
             }
         }
         changes
+    }
+
+    /// A hand-over notice: every running attempt of `uid` writes a checkpoint now (the work
+    /// a stop would lose drops to zero) and keeps running. One checkpoint per notice: a
+    /// replayed notice with the same deadline changes nothing. Pending work has nothing to
+    /// checkpoint. Returns how many attempts checkpointed.
+    pub fn checkpoint(&mut self, uid: &str, deadline: DateTime<Utc>, now: DateTime<Utc>) -> usize {
+        let keys: Vec<Key> = self
+            .attempts(uid)
+            .filter(|(_, w)| {
+                w.phase == LocalPhase::Running && w.checkpointed_for.is_none_or(|d| d < deadline)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            if let Some(w) = self.workloads.get_mut(key) {
+                w.last_checkpoint_at = Some(now);
+                w.checkpointed_for = Some(deadline);
+            }
+        }
+        keys.len()
+    }
+
+    /// The checkpoints taken on hand-over notices, for the agent's local view.
+    pub fn checkpoints(&self) -> Vec<tideway_api::agent::LocalCheckpoint> {
+        self.workloads
+            .values()
+            .filter_map(|w| {
+                Some(tideway_api::agent::LocalCheckpoint {
+                    uid: w.uid.clone(),
+                    attempt: w.attempt,
+                    at: w.last_checkpoint_at?,
+                    deadline: w.checkpointed_for?,
+                })
+            })
+            .collect()
     }
 
     /// Deletes every attempt of `uid`, releasing its GPUs. Returns whether anything existed.
