@@ -177,9 +177,7 @@ async fn submit_checked(
             object: StoredObject::Workload(w),
         }) => {
             st.metrics.submissions("created");
-            // Debug, not info: at thousands of submissions a second a line each was a write
-            // per request on the hot path, and the audit log already records every one.
-            tracing::debug!(
+            tracing::info!(
                 workload = %w.metadata.name,
                 queue = %w.spec.queue,
                 class = w.spec.class.as_str(),
