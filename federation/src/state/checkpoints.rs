@@ -67,62 +67,16 @@ impl FederationState {
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
     use tideway_api::audit::AuditKind;
-    use tideway_api::{
-        MemberCluster, MemberClusterSpec, PodSet, Workload, WorkloadClass, WorkloadSpec,
-    };
 
     use super::*;
     use crate::state::command::Command;
+    use crate::state::members::tests::{setup, t};
 
-    fn t(s: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000 + s, 0)
-            .single()
-            .expect("time")
-    }
-
-    /// A member `a` running workload `job` (uid `u1`), assigned at index 3.
+    /// A member `a` running workload `job` (uid `u1`), assigned at index 3: the members
+    /// tests' fixture without a retry limit.
     fn running() -> FederationState {
-        let mut s = FederationState::default();
-        s.apply(
-            1,
-            Command::RegisterMember {
-                member: Box::new(MemberCluster::new(
-                    "a",
-                    MemberClusterSpec::new("eu", vec![]),
-                )),
-                agent_version: None,
-                at: t(0),
-            },
-        );
-        let mut w = Workload::new(
-            "job",
-            WorkloadSpec::new(
-                "default",
-                WorkloadClass::Training,
-                vec![PodSet::new("w", 1, 8, "H100")],
-            ),
-        );
-        w.metadata.uid = Some("u1".into());
-        s.apply(
-            2,
-            Command::SubmitWorkload {
-                workload: Box::new(w),
-                idempotency_key: "k".into(),
-                at: t(1),
-            },
-        );
-        s.apply(
-            3,
-            Command::Assign {
-                workload: "job".into(),
-                cluster: "a".into(),
-                pool: None,
-                at: t(2),
-            },
-        );
-        s
+        setup(None)
     }
 
     fn notice(uid: &str, deadline: DateTime<Utc>) -> Command {

@@ -600,20 +600,20 @@ impl FederationState {
 pub type Members = BTreeMap<String, MemberRecord>;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use chrono::TimeZone;
     use tideway_api::{MemberClusterSpec, PodSet, Workload, WorkloadClass, WorkloadSpec};
 
     use super::*;
     use crate::state::command::Command;
 
-    fn t(s: i64) -> DateTime<Utc> {
+    pub(crate) fn t(s: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(1_800_000_000 + s, 0)
             .single()
             .expect("time")
     }
 
-    fn setup(retry_limit: Option<u32>) -> FederationState {
+    pub(crate) fn setup(retry_limit: Option<u32>) -> FederationState {
         let mut s = FederationState::default();
         s.apply(
             1,
