@@ -176,6 +176,25 @@ impl FederationState {
         }
     }
 
+    /// What a lone object's change (a Queue, PriorityClass, QuotaSchedule or RoleBinding
+    /// applied or deleted alone) edits into the next version: a copy of the current bundle,
+    /// or a refusal while a scoped version is being rolled out.
+    fn lone_change_base(&self) -> Result<Policy, CommandResult> {
+        if let Some(r) = &self.policy.rollout {
+            return Err(busy(format!(
+                "version {} is being rolled out; widen it or roll it back first",
+                r.candidate
+            )));
+        }
+        let mut policy = self
+            .policy
+            .current_policy()
+            .cloned()
+            .unwrap_or_else(bootstrap_policy);
+        policy.status = None;
+        Ok(policy)
+    }
+
     /// The current version with one object created or replaced, as the next version: a
     /// Queue, PriorityClass or QuotaSchedule applied alone is a policy change too.
     pub(super) fn put_policy_object(
@@ -184,18 +203,10 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
-        if let Some(r) = &self.policy.rollout {
-            return busy(format!(
-                "version {} is being rolled out; widen it or roll it back first",
-                r.candidate
-            ));
-        }
-        let mut policy = self
-            .policy
-            .current_policy()
-            .cloned()
-            .unwrap_or_else(bootstrap_policy);
-        policy.status = None;
+        let mut policy = match self.lone_change_base() {
+            Ok(policy) => policy,
+            Err(refused) => return refused,
+        };
         let name = object.name().to_owned();
         let kind = object.kind();
         match object {
@@ -508,18 +519,10 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
-        if let Some(r) = &self.policy.rollout {
-            return busy(format!(
-                "version {} is being rolled out; widen it or roll it back first",
-                r.candidate
-            ));
-        }
-        let mut policy = self
-            .policy
-            .current_policy()
-            .cloned()
-            .unwrap_or_else(bootstrap_policy);
-        policy.status = None;
+        let mut policy = match self.lone_change_base() {
+            Ok(policy) => policy,
+            Err(refused) => return refused,
+        };
         let list = policy.spec.role_bindings.get_or_insert_with(Vec::new);
         let verb = match binding {
             Some(b) => {
