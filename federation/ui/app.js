@@ -510,7 +510,11 @@ async function refresh() {
   const banner = document.getElementById("error");
   banner.hidden = errors.length === 0;
   banner.textContent = errors.join(" · ");
-  document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  // The fleet's time, not the browser's: under a dev clock they differ, and every age on the page
+  // is measured against the fleet's.
+  const refreshed = document.getElementById("refreshed");
+  refreshed.textContent = `updated ${new Date(serverNow()).toLocaleTimeString()} (fleet clock)`;
+  refreshed.dataset.fleetNow = new Date(serverNow()).toISOString();
   document.body.dataset.loaded = "true";
 }
 

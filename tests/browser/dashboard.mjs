@@ -6,7 +6,8 @@
 // The one argument is JSON: url, clusters (names that must be shown, in the capacity map and
 // among the members), assigned ({name, cluster}: a workload whose row shows that cluster),
 // pending ({name, reason}: a workload whose row and "why pending" entry show that reason
-// code), screenshot (a PNG path). Prints one line of JSON and exits 0 when every check held.
+// code), fleetStart (the dev clock's start: the page's "updated" time must be near it),
+// screenshot (a PNG path). Prints one line of JSON and exits 0 when every check held.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,6 +107,27 @@ try {
   check("tidal timeline: current window and next transition",
     tidal.text.includes("current window: day") && tidal.text.includes("next transition: night") && tidal.windows === 2 && tidal.now === 1,
     JSON.stringify(tidal));
+
+  // Cluster, region and health read on one line each (a region like "ap-south" once wrapped).
+  const wrapped = await page.$$eval("#members tbody tr td:not(:last-child)", (tds) =>
+    tds.filter((td) => {
+      // A text node laid out on two lines has boxes at two heights.
+      const texts = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+      for (let n = texts.nextNode(); n; n = texts.nextNode()) {
+        const r = document.createRange();
+        r.selectNodeContents(n);
+        if (new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1) return true;
+      }
+      return false;
+    }).map((td) => td.textContent));
+  check("member cells on one line", wrapped.length === 0, wrapped.join(", "));
+
+  // "updated" shows the fleet's clock (a dev clock may be far from the browser's).
+  if (spec.fleetStart) {
+    const fleetNow = await page.$eval("#refreshed", (e) => e.dataset.fleetNow || "");
+    const off = Math.abs(Date.parse(fleetNow) - Date.parse(spec.fleetStart));
+    check("updated time is the fleet's clock", off < 24 * 3600e3, `${fleetNow} vs start ${spec.fleetStart}`);
+  }
 
   const banner = await page.$eval("#error", (e) => (e.hidden ? "" : e.textContent));
   check("no API error shown", banner === "", banner);

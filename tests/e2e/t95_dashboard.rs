@@ -56,19 +56,16 @@ impl Drop for Dev {
     }
 }
 
+/// Midday in the dev schedule's zone, far from the runner's real date: the page's
+/// "updated" time must follow this clock, not the browser's.
+const DEV_START: &str = "2026-01-05T12:00:00+01:00";
+
 fn start_dev(dir: &Path) -> Dev {
     let addr = free_addr().expect("free port");
     let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
     let child = Command::new(BIN)
         // Midday in the dev schedule's zone: the same tidal window on every run.
-        .args([
-            "dev",
-            "--listen",
-            &addr,
-            "--start-at",
-            "2026-01-05T12:00:00+01:00",
-            "--data",
-        ])
+        .args(["dev", "--listen", &addr, "--start-at", DEV_START, "--data"])
         .arg(dir.join("data"))
         // Its CLI context goes to the test's directory, never the runner's ~/.config.
         .env("TIDEWAY_CONFIG", dir.join("cli-config"))
@@ -167,6 +164,7 @@ async fn dashboard_shows_clusters_assignments_and_pending_reasons() {
         "clusters": DEV_CLUSTERS,
         "assigned": {"name": "llama-ft-1", "cluster": cluster},
         "pending": {"name": "too-big-1", "reason": reason},
+        "fleetStart": DEV_START,
         "screenshot": shot,
     });
     let out = Command::new("node")
