@@ -1282,6 +1282,9 @@ fn peer_plane_settings(cfg: &mut NodeConfig, a: &ServerArgs) -> anyhow::Result<(
     Ok(())
 }
 
+/// The workload the dev banner suggests submitting (the API docs' example).
+const EXAMPLE_WORKLOAD: &str = include_str!("../api/testdata/workload-llama-ft.yaml");
+
 async fn dev(a: DevArgs) -> anyhow::Result<()> {
     // Dropped (and so removed) when dev returns, after the node and agents have stopped.
     let (dir, _tmp) = match a.data {
@@ -1388,10 +1391,17 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
             a.demo_interval_ms
         );
     }
-    println!(
-        "Try: tideway submit -f api/testdata/workload-llama-ft.yaml --addr {}",
-        node.addr
-    );
+    // The example lives in the data directory, so the line works from any directory (a
+    // path into the source tree only worked from the repository's root).
+    let example = dir.join("example-workload.yaml");
+    let example = match std::fs::write(&example, EXAMPLE_WORKLOAD) {
+        Ok(()) => example.display().to_string(),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not write the example workload");
+            "workload.yaml".into()
+        }
+    };
+    println!("Try: tideway submit -f {example} --addr {}", node.addr);
     println!("     tideway capacity --addr {}", node.addr);
     println!("     tideway schedule show day-night --addr {}", node.addr);
     println!("The CLI's configuration has the token (context 'dev'); other clients send it as");

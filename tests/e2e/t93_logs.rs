@@ -60,7 +60,20 @@ async fn json_and_text_logs_carry_an_info_line_per_event() {
     let _dev = start(dir.path(), &addr, "json");
     let log = dir.path().join("stderr.log");
     wait_for_lines(&log, &["member cluster registered"]).await;
-    let example = repo.join("api/testdata/workload-llama-ft.yaml");
+    // The banner's suggestion works from any directory: an absolute path to a file that
+    // exists, with the same workload as the repository's example.
+    let banner = wait_for_lines(&dir.path().join("stdout.log"), &["Try: tideway submit -f "]).await;
+    let example = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("Try: tideway submit -f "))
+        .and_then(|rest| rest.split(" --addr").next())
+        .map(std::path::PathBuf::from)
+        .expect("a Try line");
+    assert!(example.is_absolute(), "{}", example.display());
+    assert_eq!(
+        std::fs::read_to_string(&example).expect("the banner's example exists"),
+        std::fs::read_to_string(repo.join("api/testdata/workload-llama-ft.yaml")).unwrap()
+    );
     let config = dir.path().join("cli-config");
     let mut submitted = false;
     let deadline = Instant::now() + Duration::from_secs(30);
