@@ -1103,8 +1103,9 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
 }
 
 /// Streams watch events until interrupted. A lost connection or an unavailable node is
-/// retried from the last version seen, so nothing is missed or shown twice; a refusal (403,
-/// 404, 400) ends the watch with its error.
+/// retried from the last version seen, so nothing is missed or shown twice; a version
+/// compacted away (410) lists again from 0; a refusal (403, 404, 400) ends the watch with
+/// its error.
 async fn watch_loop(
     client: &Client,
     id: Option<&str>,
@@ -1124,6 +1125,13 @@ async fn watch_loop(
     loop {
         let page = match client.watch(id, queue, from, 30).await {
             Ok(p) => p,
+            // Resumed from too far back: list again (from 0, every workload as ADDED) and
+            // go on from there, as a Kubernetes reflector re-lists on 410.
+            Err(e) if e.is_gone() => {
+                eprintln!("watch: {e}; listing again");
+                from = 0;
+                continue;
+            }
             Err(ClientError::Problem(p)) if p.status != 503 => {
                 return Err(ClientError::Problem(p).into());
             }

@@ -58,6 +58,11 @@ impl ClientError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, ClientError::Problem(p) if p.status == 404)
     }
+
+    /// The server answered 410: a watch's resource version was compacted away; list again.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, ClientError::Problem(p) if p.status == 410)
+    }
 }
 
 fn render_problem(p: &Problem) -> String {

@@ -410,10 +410,15 @@ mod tests {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }
         assert_eq!(errs.len(), 4, "{errs}");
+        // Clusters alone are valid here (they take what the candidate changes, which only
+        // the live state can tell); a bad cluster name is not.
         let alone = "scope: {clusters: [sim-eu]}\n";
         p.spec.rollout = Some(serde_saphyr::from_str(alone).unwrap());
+        p.validate().unwrap();
+        let bad = "scope: {clusters: [Not_A_Name]}\n";
+        p.spec.rollout = Some(serde_saphyr::from_str(bad).unwrap());
         let errs = p.validate().unwrap_err();
-        assert!(errs.has_field("spec.rollout.scope.clusters"), "{errs}");
+        assert!(errs.has_field("spec.rollout.scope.clusters[0]"), "{errs}");
         let yaml = "scope: {pools: [inference], clusters: [sim-eu]}\ntriggers:\n- unservedInference: {seconds: 30}\n";
         let r: crate::Rollout = serde_saphyr::from_str(yaml).unwrap();
         p.spec.rollout = Some(r);

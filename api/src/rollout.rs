@@ -34,7 +34,9 @@ pub struct RolloutScope {
     /// schedule quotas naming that pool, come from the candidate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<String>,
-    /// Member clusters: the candidate's scoped pool quotas count only these clusters.
+    /// Member clusters: the scoped queues' new work is placed only on these clusters, and
+    /// the candidate's scoped pool quotas count only their capacity. Alone (no queues or
+    /// pools), the scope takes the queues and pools the candidate changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<String>,
 }
@@ -107,15 +109,6 @@ pub(crate) fn check(r: &Rollout, prefix: &str, queues: &[&str], c: &mut Checker)
     }
     for (i, name) in r.scope.clusters.iter().enumerate() {
         c.name(format!("{sp}.clusters[{i}]"), name);
-    }
-    // Clusters narrow where the scoped queues' and pools' schedule quotas count; alone they
-    // would start a rollout that changes nothing and yet watches its triggers.
-    if !r.scope.clusters.is_empty() && r.scope.queues.is_empty() && r.scope.pools.is_empty() {
-        c.push(
-            format!("{sp}.clusters"),
-            "clusters narrow the scoped pools' and queues' schedule quotas to these members: \
-             name the pools or queues too",
-        );
     }
     let tp = at(prefix, "triggers");
     for (i, t) in r.triggers.iter().enumerate() {

@@ -91,6 +91,8 @@ pub struct Shape {
     pub topology: Option<TopologyRequirement>,
     pub regions: Vec<String>,
     pub clusters: Vec<String>,
+    /// Set while its queue is in a rollout scoped to clusters: the only clusters it goes to.
+    pub rollout_clusters: Vec<String>,
     /// Ready clusters passing the static filters (placement, flavor, topology level).
     pub candidates: Vec<usize>,
     /// Clusters filtered statically, with why.
@@ -222,6 +224,8 @@ pub struct ShapeKey<'a> {
     clusters: Vec<&'a str>,
     /// The pool kinds the workload's class may use (`kind_bit`s).
     pub kinds: u8,
+    /// Whether its queue's new work is confined to a scoped rollout's clusters.
+    pub confined: bool,
 }
 
 pub fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
@@ -258,6 +262,7 @@ pub fn shape_key<'a>(w: &'a Workload, affinity: bool) -> ShapeKey<'a> {
         regions,
         clusters,
         kinds: kinds_for(w.spec.class, affinity),
+        confined: false,
     }
 }
 
@@ -583,7 +588,8 @@ impl<'a> Cycle<'a> {
                 seq: p.seq,
             });
             self.queue_of.push(self.book.queue_id(&w.spec.queue));
-            let key = shape_key(w, self.tuning.pool_affinity);
+            let mut key = shape_key(w, self.tuning.pool_affinity);
+            key.confined = self.rollout_clusters(w).is_some();
             let next = ids.len() as u32;
             let id = *ids.entry(key).or_insert(next);
             if id == next {
@@ -592,6 +598,14 @@ impl<'a> Cycle<'a> {
             self.shape_of.push(id);
         }
         self.stats.shapes = self.shapes.len() as u64;
+    }
+
+    /// The clusters a scoped rollout confines `w`'s placement to, if it does.
+    fn rollout_clusters(&self, w: &Workload) -> Option<&'a [String]> {
+        self.input
+            .rollout
+            .as_ref()
+            .and_then(|r| r.clusters_for(&w.spec.queue))
     }
 
     fn build_shape(&self, w: &Workload) -> Shape {
@@ -612,6 +626,10 @@ impl<'a> Cycle<'a> {
             topology: w.spec.topology,
             regions: key.regions.iter().map(|s| (*s).to_owned()).collect(),
             clusters: key.clusters.iter().map(|s| (*s).to_owned()).collect(),
+            rollout_clusters: self
+                .rollout_clusters(w)
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
             candidates: Vec::new(),
             statics: Vec::new(),
             static_block: None,

@@ -11,6 +11,7 @@ use tideway_api::{FlavorQuota, PriorityClass, Queue, SchedulerSettings, Topology
 
 use super::error::InputError;
 use super::hash::DetSet;
+use super::rollout::RolloutPlacement;
 use super::tidal::{FleetSide, Handover};
 
 /// One cycle's input. `schedule` never fails on it; [`SchedulerInput::validate`] reports
@@ -41,6 +42,10 @@ pub struct SchedulerInput {
     /// Effective quotas of the active tidal window, replacing the queues' own per flavor.
     #[serde(default)]
     pub quota_overrides: Vec<QuotaOverride>,
+    /// While a version scoped to clusters is rolled out: the queues whose pending work is
+    /// placed only on those clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPlacement>,
 }
 
 /// A member cluster as the scheduler needs it: where it is, whether it takes work, and what
@@ -424,6 +429,7 @@ mod tests {
             reservations: Vec::new(),
             preemption_budget: PreemptionBudget::per_minute(10),
             quota_overrides: Vec::new(),
+            rollout: None,
         };
         assert!(matches!(
             input.validate(),

@@ -6,8 +6,14 @@
 //! definition, the quota-schedule quotas naming a scoped pool or queue take the candidate's
 //! windows, and everything else keeps the base version. One scheduler run on one merged
 //! policy cannot book the same GPUs twice, which two runs over halves of the fleet could.
+//!
+//! A scope that names clusters also restricts placement: new work of the queues in scope
+//! (the work the candidate decides) is placed only on those clusters, so a canary cluster
+//! is where the candidate's decisions land and nowhere else. Work of the other queues is
+//! placed anywhere, as before; running work keeps its placement (nothing migrates).
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use tideway_api::{
     PolicySpec, Queue, QuotaSchedule, QuotaTarget, RollbackTrigger, RolloutScope, WorkloadClass,
 };
@@ -47,6 +53,122 @@ fn target_in_scope(scope: &RolloutScope, t: &QuotaTarget, candidate: &PolicySpec
     }
 }
 
+/// The pools a scope may name, each a side of the fleet.
+const POOLS: [&str; 2] = ["inference", "training"];
+
+/// The schedules of `spec` cut down to the quotas naming `target` (schedules left with none
+/// dropped), by name: what `spec` says about that target, to compare two versions.
+fn schedules_for(spec: &PolicySpec, target: &QuotaTarget) -> Vec<QuotaSchedule> {
+    let mut out: Vec<QuotaSchedule> = spec
+        .quota_schedules
+        .iter()
+        .filter_map(|s| {
+            let mut s = s.clone();
+            for w in &mut s.spec.windows {
+                w.quotas.retain(|q| &q.target == target);
+            }
+            if let Some(d) = &mut s.spec.default_quotas {
+                d.retain(|q| &q.target == target);
+            }
+            let any = s.spec.windows.iter().any(|w| !w.quotas.is_empty())
+                || s.spec
+                    .default_quotas
+                    .as_ref()
+                    .is_some_and(|d| !d.is_empty());
+            any.then_some(s)
+        })
+        .collect();
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
+}
+
+/// The scope a rollout runs with. A scope of clusters alone takes what the candidate
+/// changes: the queues whose definition or schedule quotas differ from the base's and the
+/// pools whose schedule quotas differ, so "try this version on cluster X" needs no list of
+/// what the version is about. Scopes naming queues or pools are taken as written.
+pub fn resolve_scope(
+    base: &PolicySpec,
+    candidate: &PolicySpec,
+    scope: &RolloutScope,
+) -> RolloutScope {
+    if scope.clusters.is_empty() || !scope.queues.is_empty() || !scope.pools.is_empty() {
+        return scope.clone();
+    }
+    let mut names: Vec<&str> = base
+        .queues
+        .iter()
+        .chain(&candidate.queues)
+        .map(|q| q.metadata.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let queues = names
+        .into_iter()
+        .filter(|n| {
+            let target = QuotaTarget::Queue((*n).to_owned());
+            base.queue(n).map(|q| &q.spec) != candidate.queue(n).map(|q| &q.spec)
+                || schedules_for(base, &target) != schedules_for(candidate, &target)
+        })
+        .map(str::to_owned)
+        .collect();
+    let pools = POOLS
+        .iter()
+        .filter(|p| {
+            let target = QuotaTarget::Pool((**p).to_owned());
+            schedules_for(base, &target) != schedules_for(candidate, &target)
+        })
+        .map(|p| (*p).to_owned())
+        .collect();
+    RolloutScope {
+        queues,
+        pools,
+        clusters: scope.clusters.clone(),
+    }
+}
+
+/// Where a scoped candidate's new work may go: the queues in scope and the clusters their
+/// pending work is placed on while version `version` is being rolled out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPlacement {
+    /// The candidate version, for explanations.
+    pub version: u64,
+    /// Queues whose pending work the candidate decides.
+    pub queues: Vec<String>,
+    /// The only clusters that work is placed on.
+    pub clusters: Vec<String>,
+}
+
+impl RolloutPlacement {
+    /// The clusters `queue`'s pending work is confined to, if it is.
+    pub fn clusters_for(&self, queue: &str) -> Option<&[String]> {
+        self.queues
+            .iter()
+            .any(|q| q == queue)
+            .then_some(self.clusters.as_slice())
+    }
+}
+
+/// The placement restriction of a rollout `scope` (already resolved) over the fleet's
+/// merged `queues`: `None` when the scope names no clusters (placement is then unchanged).
+pub fn placement(scope: &RolloutScope, queues: &[Queue], version: u64) -> Option<RolloutPlacement> {
+    if scope.clusters.is_empty() {
+        return None;
+    }
+    let mut names: Vec<String> = queues
+        .iter()
+        .filter(|q| queue_in_scope(scope, q))
+        .map(|q| q.metadata.name.clone())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Some(RolloutPlacement {
+        version,
+        queues: names,
+        clusters: scope.clusters.clone(),
+    })
+}
+
 /// The policy the fleet runs while `candidate` is scoped to `scope` over `base`.
 pub fn effective_spec(
     base: &PolicySpec,
@@ -56,6 +178,7 @@ pub fn effective_spec(
     if scope.is_everything() {
         return candidate.clone();
     }
+    let scope = &resolve_scope(base, candidate, scope);
     let mut out = base.clone();
     out.rollout = None;
     // Who may do what is not scoped to part of the fleet: a candidate that lists bindings
@@ -343,6 +466,69 @@ mod tests {
                 .clusters
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_clusters_only_scope_takes_what_the_candidate_changes() {
+        let base = spec(16, 16, 8);
+        // Only the serving queue and the inference pool quota change.
+        let mut cand = spec(4, 16, 8);
+        let clusters = RolloutScope {
+            clusters: vec!["sim-eu".into()],
+            ..Default::default()
+        };
+        let r = resolve_scope(&base, &cand, &clusters);
+        assert_eq!(r.queues, vec!["serving".to_string()]);
+        assert!(r.pools.is_empty(), "{r:?}");
+        assert_eq!(r.clusters, clusters.clusters);
+        cand.quota_schedules = vec![pool_schedule(2)];
+        let r = resolve_scope(&base, &cand, &clusters);
+        assert_eq!(
+            (r.queues, r.pools),
+            (vec!["serving".to_string()], vec!["inference".to_string()])
+        );
+        // Nothing changed: nothing in scope (apply refuses such a rollout).
+        let r = resolve_scope(&base, &base, &clusters);
+        assert!(r.queues.is_empty() && r.pools.is_empty(), "{r:?}");
+        // Named queues or pools are taken as written.
+        let named = RolloutScope {
+            queues: vec!["batch".into()],
+            clusters: vec!["sim-eu".into()],
+            ..Default::default()
+        };
+        assert_eq!(resolve_scope(&base, &cand, &named), named);
+        // The merged policy runs the resolved scope: serving from the candidate, batch not.
+        let eff = effective_spec(&base, &spec(4, 2, 8), &clusters);
+        let g = |n: &str| eff.queue(n).unwrap().spec.quotas[0].guaranteed;
+        assert_eq!(
+            (g("serving"), g("batch")),
+            (4, 2),
+            "both changed, both in scope"
+        );
+        let eff = effective_spec(&base, &cand, &clusters);
+        let g = |n: &str| eff.queue(n).unwrap().spec.quotas[0].guaranteed;
+        assert_eq!((g("serving"), g("batch")), (4, 16));
+    }
+
+    #[test]
+    fn placement_confines_the_queues_in_scope_to_the_scoped_clusters() {
+        let eff = spec(16, 16, 8);
+        let pools = RolloutScope {
+            pools: vec!["inference".into()],
+            clusters: vec!["sim-eu".into()],
+            ..Default::default()
+        };
+        let p = placement(&pools, &eff.queues, 3).unwrap();
+        assert_eq!(p.queues, vec!["serving".to_string()]);
+        assert_eq!(p.clusters_for("serving"), Some(&["sim-eu".to_string()][..]));
+        assert_eq!(p.clusters_for("batch"), None);
+        assert_eq!(p.version, 3);
+        // Without clusters a scope does not touch placement.
+        let no_clusters = RolloutScope {
+            pools: vec!["inference".into()],
+            ..Default::default()
+        };
+        assert_eq!(placement(&no_clusters, &eff.queues, 3), None);
     }
 
     fn t(s: i64) -> DateTime<Utc> {

@@ -73,7 +73,16 @@ fn need_capacity(pools: &[PoolState], need: &GroupNeed, flavor: &str, kinds: u8)
     (free, largest)
 }
 
-fn describe(shape: &Shape, flavors: &[String]) -> String {
+/// "cluster in [sim-eu] while policy version 3 is rolled out": why a scoped rollout kept
+/// a workload off the other clusters.
+fn rollout_constraint(shape: &Shape, version: u64) -> String {
+    format!(
+        "cluster in [{}] while policy version {version} is rolled out",
+        shape.rollout_clusters.join(", ")
+    )
+}
+
+fn describe(shape: &Shape, flavors: &[String], rollout_version: u64) -> String {
     let mut parts: Vec<String> = shape
         .needs
         .iter()
@@ -84,6 +93,9 @@ fn describe(shape: &Shape, flavors: &[String]) -> String {
     }
     if !shape.clusters.is_empty() {
         parts.push(format!("cluster in [{}]", shape.clusters.join(", ")));
+    }
+    if !shape.rollout_clusters.is_empty() {
+        parts.push(rollout_constraint(shape, rollout_version));
     }
     if let Some(t) = shape.topology
         && t.is_required()
@@ -98,6 +110,7 @@ impl Cycle<'_> {
     /// Fills `candidates`, `statics` and (when nothing passes) `static_block`.
     pub fn filter_statically(&self, shape: &mut Shape) {
         let flavors = &self.book.flavors;
+        let rollout_version = self.input.rollout.as_ref().map_or(0, |r| r.version);
         let mut not_ready = Vec::new();
         for (ci, c) in self.clusters.iter().enumerate() {
             let verdict = if !shape.clusters.is_empty() && !shape.clusters.contains(&c.name) {
@@ -107,6 +120,12 @@ impl Cycle<'_> {
             } else if !shape.regions.is_empty() && !shape.regions.contains(&c.region) {
                 Some(Verdict::PlacementExcluded {
                     constraint: format!("region in [{}]", shape.regions.join(", ")),
+                })
+            } else if !shape.rollout_clusters.is_empty()
+                && !shape.rollout_clusters.contains(&c.name)
+            {
+                Some(Verdict::PlacementExcluded {
+                    constraint: rollout_constraint(shape, rollout_version),
                 })
             } else {
                 shape.needs.iter().find_map(|(f, need)| {
@@ -161,7 +180,7 @@ impl Cycle<'_> {
                     },
                 )
             } else {
-                let constraint = describe(shape, flavors);
+                let constraint = describe(shape, flavors, rollout_version);
                 let mut filtered: Vec<String> = shape
                     .statics
                     .iter()

@@ -125,6 +125,7 @@ impl SchedState {
                 reservations: Vec::new(),
                 preemption_budget: PreemptionBudget::per_minute(sched.max_preemptions_per_minute),
                 quota_overrides: Vec::new(),
+                rollout: None,
             },
             exact,
             reservations: Vec::new(),

@@ -21,6 +21,7 @@ mod t67_philly_replay;
 mod t67_policy_rolebindings;
 mod t67_policy_widen;
 mod t67_webhook_tidal_rollback;
+mod t68_policy_cluster_scope;
 mod t70_agents;
 mod t80_scheduling;
 mod t82_cancel;

@@ -1,8 +1,9 @@
 //! Role bindings as part of the policy bundle, with real processes and the CLI: a bundle
 //! that lists them grants access with its version; a binding naming a queue the bundle does
 //! not define is refused whole, by field; the diff shows a binding's change; a binding applied
-//! alone with `tideway apply` is the next version; a rollback restores who may do what; a
-//! binding deleted alone is a version too.
+//! alone with `tideway apply` is the next version (audited as both PolicyChanged and
+//! AccessChanged); a rollback restores who may do what; a binding deleted alone is a
+//! version too.
 
 use tideway_api::client::Client;
 
@@ -123,6 +124,25 @@ async fn bindings_in_the_bundle_are_versioned_diffed_and_rolled_back_with_it() {
     assert_eq!(
         v.status.and_then(|s| s.message).as_deref(),
         Some("role binding 'ml-team' applied")
+    );
+    // It changed who may do what and the versioned rules: the trail records both, in the
+    // same log entry, the policy change carrying version 2.
+    let trail = admin.events(&[]).await.unwrap().items;
+    let access = trail
+        .iter()
+        .rev()
+        .find(|e| e.kind == tideway_api::audit::AuditKind::AccessChanged)
+        .unwrap_or_else(|| panic!("no AccessChanged: {trail:#?}"));
+    let policy = trail
+        .iter()
+        .rev()
+        .find(|e| e.kind == tideway_api::audit::AuditKind::PolicyChanged)
+        .unwrap_or_else(|| panic!("no PolicyChanged: {trail:#?}"));
+    assert_eq!(policy.index, access.index, "{trail:#?}");
+    assert_eq!(policy.policy_version, 2, "{policy:?}");
+    assert!(
+        policy.evidence.contains("role binding 'ml-team'"),
+        "{policy:?}"
     );
     assert!(bob_may_submit(&bob, "p-2", "prod").await);
     assert!(!bob_may_submit(&bob, "r-2", "research").await);

@@ -1,5 +1,5 @@
-//! `tideway policy widen` on real processes (and a scope of clusters alone, which would change
-//! nothing, refused by field): a candidate scoped to the inference pool leaves
+//! `tideway policy widen` on real processes (and a scope of clusters alone over a candidate
+//! that changes nothing, refused by field): a candidate scoped to the inference pool leaves
 //! the training queue on the base's rules (its second job waits for quota); widening makes
 //! the candidate the whole fleet's next version, the waiting job runs under it, the
 //! rollout is over (a second widen is refused) and the history says what happened.
@@ -113,11 +113,12 @@ async fn widening_gives_the_whole_fleet_the_candidate_as_the_next_version() {
     tc.c.add_agent("sim-ap", "ap-south", &layout, &["--heartbeat-ms", "500"])
         .await
         .expect("agent");
-    // A scope of clusters alone would change nothing: refused, naming the field.
+    // A scope of clusters alone over a candidate that changes nothing would roll out
+    // nothing: refused, naming the field.
     let clusters_only = tc.c.dir().join("clusters-only.yaml");
     std::fs::write(
         &clusters_only,
-        candidate().replace("scope: {pools: [inference]}", "scope: {clusters: [sim-ap]}"),
+        format!("{BASE}  rollout:\n    scope: {{clusters: [sim-ap]}}\n"),
     )
     .unwrap();
     let (ok, out, err) = tideway(

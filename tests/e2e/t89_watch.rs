@@ -138,3 +138,74 @@ async fn list_and_get_watch_stream_changes_and_resume_after_a_disconnect() {
     assert!(idle.resource_version >= page.resource_version);
     drop(tc);
 }
+
+/// A watch resumed from a version whose deletions the audit retention has cut away gets 410
+/// Gone naming the version and the oldest one it could resume from; `tideway list -w` then
+/// lists again from 0 and goes on, as a Kubernetes reflector does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_compacted_version_is_gone_and_the_cli_lists_again() {
+    let tc = cluster(1, &["--audit-retain", "3"]).await;
+    let addr = tc.c.addrs()[0].clone();
+    let client = Client::new(&addr).unwrap();
+    submit(&client, "old-0").await;
+    let early = client
+        .watch(None, None, 0, 1)
+        .await
+        .unwrap()
+        .resource_version;
+    assert!(early > 0);
+    for i in 1..6 {
+        submit(&client, &format!("old-{i}")).await;
+    }
+    // The retention pass runs every few seconds: wait for it to cut past `early`.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let problem = loop {
+        match client.watch(None, None, early, 1).await {
+            Err(tideway_api::client::ClientError::Problem(p)) => break p,
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => panic!("no 410 for version {early} within 60 s: {other:?}"),
+        }
+    };
+    assert_eq!(problem.status, 410, "{problem:?}");
+    assert!(problem.type_.ends_with("/expired"), "{problem:?}");
+    let field = problem
+        .errors
+        .iter()
+        .find(|e| e.field == "query:resourceVersion")
+        .unwrap_or_else(|| panic!("no resourceVersion field: {problem:?}"));
+    assert!(
+        field.reason.contains(&format!("version {early} ")) && field.reason.contains("oldest"),
+        "{field:?}"
+    );
+    // From 0 is a list, never gone.
+    let listed = client.watch(None, None, 0, 1).await.unwrap();
+    assert_eq!(listed.items.len(), 6, "{:?}", listed.items);
+
+    // The CLI resumed from there lists again: every workload as ADDED, then goes on.
+    let w = stream(
+        &addr,
+        &[
+            "list",
+            "-w",
+            "-o",
+            "json",
+            "--resource-version",
+            &early.to_string(),
+        ],
+    );
+    let mut seen: Vec<String> = (0..6)
+        .map(|_| {
+            let ev = next_event(&w, "the list again");
+            assert_eq!(ev.kind, WatchEventType::Added, "{ev:?}");
+            ev.name
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, (0..6).map(|i| format!("old-{i}")).collect::<Vec<_>>());
+    submit(&client, "new").await;
+    let ev = next_event(&w, "a change after the list");
+    assert_eq!((ev.kind, ev.name.as_str()), (WatchEventType::Added, "new"));
+    drop(tc);
+}

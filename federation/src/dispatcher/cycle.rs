@@ -159,6 +159,11 @@ pub fn build_input(
     };
     let queues: Vec<_> = state.queues.values().cloned().collect();
     let quota_overrides = super::tidal::quota_overrides(state, &clusters, &queues, now);
+    let rollout = state
+        .policy
+        .rollout
+        .as_ref()
+        .and_then(|r| tideway_scheduler::rollout::placement(&r.scope, &queues, r.candidate));
     let mut input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
@@ -177,6 +182,7 @@ pub fn build_input(
         preemption_budget,
         quota_overrides,
         settings,
+        rollout,
     };
     super::estimates::fill(&mut input, &super::estimates::learned(state));
     input

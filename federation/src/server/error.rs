@@ -42,6 +42,12 @@ pub enum ApiError {
     /// The request did not finish within the server's bound.
     #[error("the request did not finish within {0} ms")]
     Timeout(u64),
+    /// A watch resumed from a resource version whose changes were compacted away.
+    #[error(
+        "resource version {requested} is too old: changes before {oldest} were compacted; \
+         list again (resourceVersion 0) and watch from the list's version"
+    )]
+    Gone { requested: u64, oldest: u64 },
 }
 
 /// The one mapping from what the leader answered to an HTTP error.
@@ -117,6 +123,7 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Gone { .. } => StatusCode::GONE,
         }
     }
 
@@ -161,6 +168,17 @@ impl ApiError {
             ApiError::Internal(_) => ("internal", "Internal error", vec![]),
             ApiError::TooManyRequests { .. } => ("rate-limited", "Too many requests", vec![]),
             ApiError::Timeout(_) => ("timeout", "The request took too long", vec![]),
+            ApiError::Gone { requested, oldest } => (
+                "expired",
+                "The resource version is too old",
+                vec![FieldError::new(
+                    "query:resourceVersion",
+                    format!(
+                        "version {requested} was compacted away; the oldest version a watch \
+                         can resume from is {oldest}"
+                    ),
+                )],
+            ),
         };
         let detail = match self {
             ApiError::Invalid(errs) => errs
@@ -211,5 +229,29 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compacted_resource_version_is_410_naming_it_and_the_oldest() {
+        let e = ApiError::Gone {
+            requested: 7,
+            oldest: 42,
+        };
+        assert_eq!(e.status(), StatusCode::GONE);
+        let p = e.to_problem();
+        assert_eq!(p.status, 410);
+        assert!(p.type_.ends_with("/expired"), "{p:?}");
+        assert_eq!(p.errors.len(), 1);
+        assert_eq!(p.errors[0].field, "query:resourceVersion");
+        assert!(
+            p.errors[0].reason.contains("version 7 ") && p.errors[0].reason.contains("42"),
+            "{p:?}"
+        );
+        assert!(p.detail.is_some_and(|d| d.contains("list again")));
     }
 }

@@ -238,7 +238,10 @@ mod operations {
     /// A page in submission order (`continue` is the next `after`). With `watch=true`, a
     /// long-poll of the changes after `resourceVersion`, answered as a `WatchPage`.
     #[utoipa::path(get, path = "/v1/workloads", tag = "workloads", params(ListParams),
-        responses((status = 200, description = "A page, or a WatchPage when `watch=true`", body = WorkloadList)))]
+        responses(
+            (status = 200, description = "A page, or a WatchPage when `watch=true`", body = WorkloadList),
+            (status = 410, description = "A watch from a resource version the audit trail no longer reaches: list again from 0", body = Problem, content_type = "application/problem+json"),
+        ))]
     fn list_workloads() {}
 
     /// Read one workload
@@ -246,7 +249,10 @@ mod operations {
     /// By name or UID; with `watch=true`, a long-poll of its changes (a `WatchPage`).
     #[utoipa::path(get, path = "/v1/workloads/{id}", tag = "workloads",
         params(("id" = String, Path, description = "Workload name or UID"), GetParams),
-        responses((status = 200, description = "The workload, or a WatchPage when `watch=true`", body = Workload)))]
+        responses(
+            (status = 200, description = "The workload, or a WatchPage when `watch=true`", body = Workload),
+            (status = 410, description = "A watch from a resource version the audit trail no longer reaches: list again from 0", body = Problem, content_type = "application/problem+json"),
+        ))]
     fn get_workload() {}
 
     /// Cancel a workload

@@ -7,6 +7,11 @@
 //! when the page is cut), so the next call from there misses nothing; a node that has not
 //! applied N yet first waits until it has, so resuming on another node is safe too.
 //!
+//! The deletions come from the audit trail's `Compacted` records; once the trail itself is
+//! cut (retention), a watch from before the cut would silently miss deletions, so it is
+//! answered 410 Gone naming the oldest version it can resume from, and the client lists
+//! again from 0, as a Kubernetes reflector does.
+//!
 //! Long-poll rather than server-sent events: each answer is one ordinary JSON document that
 //! any HTTP client, proxy and the typed client handle, and resuming after a disconnect is the
 //! same call as the next poll. A client that watches keeps one request open per poll; the
@@ -47,6 +52,15 @@ fn changes(
     st.read(|d| {
         let applied = d.last_applied.map(|l| l.index()).unwrap_or(0);
         let state = &d.state;
+        // Deletions are known from the audit trail; where it was cut, they are lost. From 0
+        // is a full list, which needs none.
+        let oldest = state.audit.dropped_through;
+        if from > 0 && from < oldest {
+            return Err(ApiError::Gone {
+                requested: from,
+                oldest,
+            });
+        }
         let name = scope
             .name
             .as_deref()
@@ -117,8 +131,8 @@ fn changes(
             items.retain(|e| e.resource_version <= cut);
             version = cut;
         }
-        (items, version)
-    })
+        Ok((items, version))
+    })?
 }
 
 /// Answers the changes after `from`, waiting up to `wait` for the first.

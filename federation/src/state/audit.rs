@@ -32,6 +32,19 @@ pub struct AuditTrail {
     pub next_seq: u64,
     /// The policy version in force (see `state::policy`).
     pub policy_version: u64,
+    /// The highest log index of a record dropped from the trail (retention or the cap): a
+    /// watch resuming from before it would miss deletions, so it is answered 410 Gone.
+    #[serde(default)]
+    pub dropped_through: u64,
+}
+
+impl AuditTrail {
+    /// Drops the oldest record, remembering how far the trail is now incomplete.
+    fn drop_oldest(&mut self) {
+        if let Some(e) = self.events.pop_front() {
+            self.dropped_through = self.dropped_through.max(e.index);
+        }
+    }
 }
 
 /// What a command is about, taken before apply consumes it.
@@ -323,8 +336,16 @@ impl FederationState {
         out
     }
 
-    /// Appends the records of what the command at `index` changed.
-    pub(super) fn record(&mut self, index: u64, hint: Hint, actor: String, res: &CommandResult) {
+    /// Appends the records of what the command at `index` changed; `version_before` is the
+    /// policy version in force before it, so that a change that made a new version says so.
+    pub(super) fn record(
+        &mut self,
+        index: u64,
+        hint: Hint,
+        actor: String,
+        res: &CommandResult,
+        version_before: u64,
+    ) {
         let at = self.clock.unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
         let mut recs = Vec::new();
         match (hint, res) {
@@ -431,6 +452,24 @@ impl FederationState {
                     cluster: None,
                     evidence,
                 });
+                // A bundle that lists the bindings owns them: this binding changed the
+                // versioned rules too, and whoever watches policy changes must see it.
+                let v = self.policy.current();
+                if v != version_before {
+                    let verb = if deleted {
+                        "deleted"
+                    } else {
+                        "created or replaced"
+                    };
+                    recs.push(Rec {
+                        version: None,
+                        kind: AuditKind::PolicyChanged,
+                        workload: None,
+                        queue: None,
+                        cluster: None,
+                        evidence: format!("role binding '{name}' {verb}: policy version {v}"),
+                    });
+                }
             }
             (Hint::AuditCompacted { before_seq }, CommandResult::Updated { count })
                 if *count > 0 =>
@@ -638,7 +677,7 @@ impl FederationState {
             });
         }
         while self.audit.events.len() > MAX_EVENTS {
-            self.audit.events.pop_front();
+            self.audit.drop_oldest();
         }
     }
 }
@@ -653,7 +692,7 @@ impl FederationState {
             .front()
             .is_some_and(|e| e.seq < before_seq)
         {
-            self.audit.events.pop_front();
+            self.audit.drop_oldest();
             count += 1;
         }
         CommandResult::Updated { count }
@@ -857,6 +896,15 @@ mod tests {
             s.audit_retention_cut(Some(2), Some(t(3))),
             Some(cut.max(by_age))
         );
+        let last_dropped = s
+            .audit
+            .events
+            .iter()
+            .filter(|e| e.seq < cut)
+            .map(|e| e.index)
+            .max()
+            .expect("some dropped");
+        assert_eq!(s.audit.dropped_through, 0, "nothing dropped yet");
         s.apply(
             10,
             Command::CompactAudit {
@@ -878,6 +926,10 @@ mod tests {
             None,
             "stable at the limit"
         );
+        // How far the trail is cut, for watches resuming from before it (410 Gone): the
+        // index of the last record dropped, below the first one kept.
+        assert_eq!(s.audit.dropped_through, last_dropped);
+        assert!(s.audit.dropped_through < s.audit.events[0].index);
     }
 
     #[test]

@@ -227,8 +227,9 @@ impl FederationState {
     pub fn apply(&mut self, index: u64, cmd: Command) -> CommandResult {
         let (hint, actor) = audit::Hint::of(&cmd);
         let touch = usage::Touch::of(&cmd);
+        let version_before = self.policy.current();
         let res = self.apply_command(index, cmd);
-        self.record(index, hint, actor, &res);
+        self.record(index, hint, actor, &res, version_before);
         self.observe_usage(touch);
         res
     }

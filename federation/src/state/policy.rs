@@ -16,7 +16,7 @@ use tideway_api::{
     FieldError, Policy, PolicySpec, PolicyStatus, PriorityClass, Queue, QuotaSchedule, RoleBinding,
     RollbackTrigger, RolloutScope, WorkloadPhase,
 };
-use tideway_scheduler::rollout::{effective_spec, queue_in_scope};
+use tideway_scheduler::rollout::{effective_spec, queue_in_scope, resolve_scope};
 
 use super::FederationState;
 use super::bootstrap;
@@ -154,14 +154,35 @@ impl FederationState {
                     r.candidate
                 ));
             }
-            (Some(r), None) => Some(ActiveRollout {
-                candidate: self.policy.current() + 1,
-                base: self.policy.current(),
-                base_spec: self.policy.effective(),
-                scope: r.scope,
-                triggers: r.triggers,
-                since: at,
-            }),
+            (Some(r), None) => {
+                let base_spec = self.policy.effective();
+                // Stored resolved, so that the merged policy, the placement restriction and
+                // the version each decision names all read one scope.
+                let scope = resolve_scope(&base_spec, &policy.spec, &r.scope);
+                if scope.queues.is_empty() && scope.pools.is_empty() {
+                    return CommandResult::Rejected {
+                        rejection: Rejection::Invalid {
+                            errors: vec![FieldError::new(
+                                "spec.rollout.scope.clusters",
+                                format!(
+                                    "the candidate changes no queue and no pool quota of \
+                                     version {}: a scope of clusters alone would roll out \
+                                     nothing",
+                                    self.policy.current()
+                                ),
+                            )],
+                        },
+                    };
+                }
+                Some(ActiveRollout {
+                    candidate: self.policy.current() + 1,
+                    base: self.policy.current(),
+                    base_spec,
+                    scope,
+                    triggers: r.triggers,
+                    since: at,
+                })
+            }
             (None, _) => None,
         };
         self.new_version(policy, rollout, origin)
@@ -934,6 +955,49 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_clusters_only_scope_takes_the_changed_queues_and_refuses_a_candidate_without_changes() {
+        let mut s = FederationState::default();
+        put(&mut s, 1, bundle(8, 8));
+        let scoped = |mut p: Policy| {
+            p.spec.rollout = Some(Rollout {
+                scope: RolloutScope {
+                    clusters: vec!["sim-ap".into()],
+                    ..Default::default()
+                },
+                triggers: vec![],
+            });
+            p
+        };
+        // The same rules on one cluster roll out nothing: refused by field, nothing written.
+        let r = put(&mut s, 2, scoped(bundle(8, 8)));
+        let CommandResult::Rejected {
+            rejection: Rejection::Invalid { errors },
+        } = r
+        else {
+            panic!("{r:?}");
+        };
+        assert_eq!(errors[0].field, "spec.rollout.scope.clusters");
+        assert_eq!(s.policy.current(), 1);
+        assert!(s.policy.rollout.is_none());
+        // Only batch changes: it is the scope, stored resolved, and decides under version 2.
+        put(&mut s, 3, scoped(bundle(8, 4)));
+        assert_eq!(s.policy.current(), 2);
+        let r = s.policy.rollout.clone().unwrap();
+        assert_eq!(r.scope.queues, vec!["batch".to_string()]);
+        assert_eq!(r.scope.clusters, vec!["sim-ap".to_string()]);
+        assert_eq!(guaranteed(&s, "batch"), 4);
+        assert_eq!(s.policy.version_for(s.queues.get("batch")), 2);
+        assert_eq!(s.policy.version_for(s.queues.get("serving")), 1);
+        let apply_record = s.audit.events.back().unwrap();
+        assert!(
+            apply_record
+                .evidence
+                .contains("queues batch; clusters sim-ap"),
+            "{apply_record:?}"
+        );
+    }
+
     fn binding(name: &str, queue: &str) -> RoleBinding {
         RoleBinding::new(
             name,
@@ -969,6 +1033,18 @@ mod tests {
         put(&mut s, 1, bundle(8, 8));
         put_binding(&mut s, 2, binding("ml", "batch"));
         assert_eq!(s.policy.current(), 1, "bindings are not the bundle's");
+        let at2: Vec<AuditKind> = s
+            .audit
+            .events
+            .iter()
+            .filter(|e| e.index == 2)
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            at2,
+            vec![AuditKind::AccessChanged],
+            "access only, no version"
+        );
         put(&mut s, 3, bundle(4, 8));
         assert_eq!(bound(&s), vec![("ml".into(), vec!["batch".into()])]);
         rollback(&mut s, 4, Some(1), None);
@@ -1000,6 +1076,19 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(s.policy.current(), 2);
+        // It changed both who may do what and the versioned rules: the trail says both,
+        // and the policy change carries the new version.
+        let at3: Vec<(AuditKind, u64)> = s
+            .audit
+            .events
+            .iter()
+            .filter(|e| e.index == 3)
+            .map(|e| (e.kind, e.policy_version))
+            .collect();
+        assert_eq!(
+            at3,
+            vec![(AuditKind::AccessChanged, 2), (AuditKind::PolicyChanged, 2)]
+        );
         let v2 = s.policy.get(2).unwrap();
         assert_eq!(
             v2.spec.role_bindings.as_ref().unwrap()[0].spec.queues,
@@ -1025,6 +1114,17 @@ mod tests {
         assert!(matches!(r, CommandResult::Created { .. }), "{r:?}");
         assert_eq!(s.policy.current(), 3);
         assert!(bound(&s).is_empty());
+        let at4: Vec<AuditKind> = s
+            .audit
+            .events
+            .iter()
+            .filter(|e| e.index == 4)
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            at4,
+            vec![AuditKind::AccessChanged, AuditKind::PolicyChanged]
+        );
         let r = s.apply(
             5,
             Command::DeleteRoleBinding {

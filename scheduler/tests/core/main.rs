@@ -4,6 +4,7 @@
 
 mod properties;
 mod reclaim;
+mod rollout;
 mod scenarios;
 mod testkit;
 mod tidal;
