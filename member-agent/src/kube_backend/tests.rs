@@ -182,7 +182,10 @@ async fn a_gpu_fault_label_cordons_the_node_and_evicts_its_work_with_a_notice() 
         cordon("gpu-ecc", ecc),
         cordon("gpu-xid", xid),
         // uid(2) on the ECC node: checkpoint, evicted in 60 s.
-        Exchange::get(uid_list_uri(&uid(2)), volcano_list("6000", &[job.clone()])),
+        Exchange::get(
+            uid_list_uri(&uid(2)),
+            volcano_list("6000", std::slice::from_ref(&job)),
+        ),
         Exchange::send(
             Method::PATCH,
             format!("{VOLCANO_JOBS}/{name}?&fieldManager=tideway-agent"),
@@ -191,7 +194,10 @@ async fn a_gpu_fault_label_cordons_the_node_and_evicts_its_work_with_a_notice() 
         .content_type("application/merge-patch+json")
         .respond(StatusCode::OK, job.to_string()),
         // uid(3) on the broken GPU: now.
-        Exchange::get(uid_list_uri(&uid(3)), volcano_list("6000", &[job.clone()])),
+        Exchange::get(
+            uid_list_uri(&uid(3)),
+            volcano_list("6000", std::slice::from_ref(&job)),
+        ),
         Exchange::send(
             Method::PATCH,
             format!("{VOLCANO_JOBS}/{name}?&fieldManager=tideway-agent"),
