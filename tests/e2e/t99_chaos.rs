@@ -5,7 +5,7 @@
 //! workload is lost, every workload is finished or pending with a reason, and the nodes'
 //! state digests are equal.
 //!
-//! The quick profile (CI) runs 60 s of chaos; `TIDEWAY_CHAOS_SECS=1800` is a long one.
+//! The quick profile (CI) runs 60 s of chaos; `TIDEWAY_CHAOS_SECS=600` (or more) is a long one.
 //! `TIDEWAY_CHAOS_SEED` replays a run (the seed is printed).
 
 use std::collections::{BTreeMap, BTreeSet};
