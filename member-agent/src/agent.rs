@@ -411,10 +411,12 @@ async fn follow_assignments<B: Backend>(
                         }
                     }
                 }
+                drop(st);
+                // Outside the lease lock: a report starts nothing, and must not hold up the
+                // heartbeats that renew the lease.
                 if all_ok && !preempted.is_empty() {
                     all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &preempted).await;
                 }
-                drop(st);
                 if all_ok {
                     revision = page.revision;
                     delays = retry_delays();
