@@ -64,6 +64,10 @@ async fn a_flapping_member_is_quarantined_then_released_on_time_or_by_uncordon()
         &[
             "--member-heartbeat-ms",
             "300",
+            // NotReady after 3 s of silence: a loaded machine's late heartbeat must not be
+            // an extra flap.
+            "--member-missed-heartbeats",
+            "10",
             "--flap-limit",
             "1",
             "--flap-window-secs",
