@@ -518,6 +518,20 @@ pub struct ServerArgs {
     /// Workloads moved off lost members per second, off any one member.
     #[arg(long, default_value_t = 5.0)]
     pub redispatch_per_member_per_second: f64,
+    /// A member back from NotReady more than this many times within `--flap-window-secs` is
+    /// quarantined (no new work); 0 never quarantines.
+    #[arg(long, default_value_t = 3)]
+    pub flap_limit: u32,
+    /// The window in which a member's returns from NotReady are counted.
+    #[arg(long, default_value_t = 600)]
+    pub flap_window_secs: u64,
+    /// The first quarantine's length; a repeat within `--quarantine-max-secs` of the last
+    /// one's end doubles it.
+    #[arg(long, default_value_t = 300)]
+    pub quarantine_secs: u64,
+    /// The longest quarantine.
+    #[arg(long, default_value_t = 3600)]
+    pub quarantine_max_secs: u64,
     /// Keep finished, failed and cancelled workloads readable this many seconds, then
     /// compact them out of the live state (their names become free again).
     #[arg(long, default_value_t = 3600)]
@@ -1255,6 +1269,12 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     }
     cfg.dispatch.redispatch_per_second = a.redispatch_per_second.max(0.1);
     cfg.dispatch.redispatch_per_member_per_second = a.redispatch_per_member_per_second.max(0.1);
+    cfg.dispatch.flaps = tideway_federation::state::members::FlapPolicy {
+        limit: a.flap_limit,
+        window_secs: a.flap_window_secs.max(1),
+        base_secs: a.quarantine_secs.max(1),
+        max_secs: a.quarantine_max_secs.max(a.quarantine_secs).max(1),
+    };
     let node = Node::start(cfg).await?;
     tracing::info!(addr = %node.addr, "federation node serving");
     wait_for_signal().await;

@@ -313,4 +313,52 @@ pub struct ExplainResponse {
     pub summary: String,
     /// When that cycle ran.
     pub cycle_at: Option<DateTime<Utc>>,
+    /// Set while the workload's member is lost and its move to another member waits on the
+    /// re-dispatch rate limit (the leader's token buckets, per member and for the fleet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redispatch: Option<RedispatchWait>,
+}
+
+/// A move off a lost member held back by the re-dispatch rate limit: a lost cluster with a
+/// thousand workloads moves them a few at a time, and this says when this one's turn comes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RedispatchWait {
+    /// Always `RateLimited`: the reason a dashboard switches on.
+    pub reason: PendingReason,
+    /// The lost member the workload moves off.
+    pub from: ClusterName,
+    /// The bucket that holds it back.
+    pub limit: RedispatchLimit,
+    /// The earliest time its move may be proposed (an estimate: the leader's buckets refill
+    /// at their configured rates, and earlier workloads take the first slots).
+    pub next_slot: DateTime<Utc>,
+}
+
+/// Which re-dispatch rate limit holds a move back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum RedispatchLimit {
+    /// `--redispatch-per-member-per-second`: moves off this one member.
+    Member,
+    /// `--redispatch-per-second`: moves in the whole fleet.
+    Global,
+}
+
+impl fmt::Display for RedispatchWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = match self.limit {
+            RedispatchLimit::Member => "per-member",
+            RedispatchLimit::Global => "fleet-wide",
+        };
+        write!(
+            f,
+            "RateLimited: member {} is lost; moving this workload off it waits on the {limit} \
+             re-dispatch rate limit; next slot at {}",
+            self.from,
+            self.next_slot.to_rfc3339()
+        )
+    }
 }

@@ -125,6 +125,9 @@ pub enum MemberPhase {
     Draining,
     /// Taking no new assignments; running work is left alone.
     Cordoned,
+    /// Flapping (back from NotReady too often): no new work until the quarantine ends by
+    /// itself (`quarantinedUntil`) or an operator uncordons it; running work is left alone.
+    Quarantined,
 }
 
 impl MemberPhase {
@@ -150,6 +153,9 @@ pub struct MemberClusterStatus {
     /// Version of the member agent that sent the last heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// While the member is quarantined for flapping: when the quarantine ends by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_until: Option<DateTime<Utc>>,
 }
 
 impl CheckAt for MemberCluster {
@@ -213,6 +219,7 @@ mod tests {
             last_heartbeat: Some("2025-03-01T12:00:00Z".parse().unwrap()),
             message: None,
             agent_version: Some("0.1.0".into()),
+            quarantined_until: Some("2025-03-01T12:10:00Z".parse().unwrap()),
         });
         let json = serde_json::to_vec(&m).unwrap();
         assert_eq!(decode_json::<MemberCluster>(&json).unwrap(), m);
@@ -222,6 +229,7 @@ mod tests {
         assert_eq!(rmp_serde::from_slice::<MemberCluster>(&mp).unwrap(), m);
         assert!(MemberPhase::Ready.accepts_work());
         assert!(!MemberPhase::Cordoned.accepts_work());
+        assert!(!MemberPhase::Quarantined.accepts_work());
     }
 
     #[test]

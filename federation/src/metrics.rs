@@ -377,9 +377,9 @@ impl Metrics {
 
     /// Sets every member's phase series from the replicated state.
     pub fn set_member_phases(&self, members: &[(String, tideway_api::MemberPhase)]) {
-        use tideway_api::MemberPhase::{Cordoned, Draining, NotReady, Ready};
+        use tideway_api::MemberPhase::{Cordoned, Draining, NotReady, Quarantined, Ready};
         for (cluster, current) in members {
-            for phase in [Ready, NotReady, Draining, Cordoned] {
+            for phase in [Ready, NotReady, Draining, Cordoned, Quarantined] {
                 self.member_phase
                     .get_or_create(&MemberPhaseLabel {
                         cluster: cluster.clone(),

@@ -195,6 +195,7 @@ impl Node {
                 .cluster_secret
                 .as_deref()
                 .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
+            redispatch_waits: Default::default(),
         };
         let mut tasks = vec![
             tokio::spawn(crate::dispatcher::liveness::health_monitor(
@@ -210,6 +211,7 @@ impl Node {
                 state.proposer.clone(),
                 cfg.dispatch.clone(),
                 cfg.clock.clone(),
+                state.redispatch_waits.clone(),
             )),
             tokio::spawn(crate::dispatcher::cycle::schedule_loop(
                 raft.clone(),

@@ -370,6 +370,7 @@ async fn follow_assignments<B: Backend>(
                     continue;
                 }
                 let mut all_ok = true;
+                let mut preempted: Vec<(String, u32)> = Vec::new();
                 for rec in &page.items {
                     let uid = rec.assignment.uid().to_string();
                     let res = match &rec.desired {
@@ -388,9 +389,13 @@ async fn follow_assignments<B: Backend>(
                             Err(e) => Err(e),
                         },
                         Desired::Preempt { grace_seconds } => {
-                            backend
+                            let r = backend
                                 .preempt(&uid, Duration::from_secs(*grace_seconds))
-                                .await
+                                .await;
+                            if r.is_ok() {
+                                preempted.push((uid.clone(), rec.assignment.attempt));
+                            }
+                            r
                         }
                         Desired::Cancel => backend.remove(&uid).await,
                     };
@@ -407,6 +412,11 @@ async fn follow_assignments<B: Backend>(
                     }
                 }
                 drop(st);
+                // Outside the lease lock: a report starts nothing, and must not hold up the
+                // heartbeats that renew the lease.
+                if all_ok && !preempted.is_empty() {
+                    all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &preempted).await;
+                }
                 if all_ok {
                     revision = page.revision;
                     delays = retry_delays();
@@ -420,6 +430,70 @@ async fn follow_assignments<B: Backend>(
             }
         }
     }
+}
+
+/// Preempted work this member never started (its `Run` came while the agent was away, and
+/// by the time it replayed its assignments the record said `Preempt`) has no copy here to
+/// checkpoint, stop and report: without a word from us the federation would wait for the
+/// eviction forever, with the workload Assigned. Reports those attempts Evicted, which
+/// requeues them; attempts the backend holds report themselves when they stop, so nothing
+/// reported here can still be running. Answers whether the report went through (if not, the
+/// page is applied again, which repeats the check).
+async fn report_never_started<B: Backend>(
+    cfg: &AgentConfig,
+    fed: &Federation,
+    backend: &B,
+    preempted: &[(String, u32)],
+) -> bool {
+    let held = match backend.statuses().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read local statuses");
+            return false;
+        }
+    };
+    let statuses = never_started(&held, preempted, backend.now());
+    if statuses.is_empty() {
+        return true;
+    }
+    tracing::info!(
+        count = statuses.len(),
+        "preempted work that never started here: evicted"
+    );
+    let c = fed.current();
+    match c
+        .report_status(&cfg.cluster, &StatusReport { statuses })
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            fed.rotate(c, &e);
+            false
+        }
+    }
+}
+
+/// The Evicted statuses for the preempted attempts (uid, attempt) of which `held` (the
+/// backend's statuses) has no copy at all.
+fn never_started(
+    held: &[LocalStatus],
+    preempted: &[(String, u32)],
+    now: DateTime<Utc>,
+) -> Vec<LocalStatus> {
+    let held: HashSet<(&str, u32)> = held.iter().map(|s| (s.uid.as_str(), s.attempt)).collect();
+    preempted
+        .iter()
+        .filter(|(uid, attempt)| !held.contains(&(uid.as_str(), *attempt)))
+        .map(|(uid, attempt)| LocalStatus {
+            uid: uid.clone(),
+            attempt: *attempt,
+            phase: LocalPhase::Evicted {
+                reason: "preempted before it started on this member".into(),
+            },
+            since: now,
+            nodes: Vec::new(),
+        })
+        .collect()
 }
 
 async fn report_statuses<B: Backend>(
@@ -650,6 +724,35 @@ mod tests {
             assert!(st.may_run(tokio::time::Instant::now() + Duration::from_secs(3600)));
         });
         assert_eq!(active(&b), vec!["u1".to_string()]);
+    }
+
+    #[test]
+    fn preempted_work_never_started_here_is_reported_evicted() {
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(b.ensure(&assignment("u1", 1, 8, None)))
+            .expect("ensure");
+        // u1 attempt 1 is held (it reports itself when it stops); attempt 2 of u1 and u2
+        // never came here.
+        let preempted = [
+            ("u1".to_string(), 1),
+            ("u1".to_string(), 2),
+            ("u2".to_string(), 1),
+        ];
+        for (uid, _) in &preempted {
+            rt.block_on(b.preempt(uid, Duration::from_secs(30)))
+                .expect("preempt");
+        }
+        let out = never_started(&futures_statuses(&b), &preempted, t(5));
+        let got: Vec<(&str, u32)> = out.iter().map(|s| (s.uid.as_str(), s.attempt)).collect();
+        assert_eq!(got, vec![("u1", 2), ("u2", 1)]);
+        assert!(
+            out.iter()
+                .all(|s| matches!(s.phase, LocalPhase::Evicted { .. }) && s.since == t(5))
+        );
+        assert_eq!(active(&b), vec!["u1".to_string()], "u1 checkpoints first");
     }
 
     #[test]

@@ -56,4 +56,8 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The status of every workload this agent manages in the cluster.
     fn statuses(&self) -> impl Future<Output = Result<Vec<LocalStatus>, BackendError>> + Send;
+
+    /// The cluster's clock: what the `since` of its statuses is measured on (a scaled clock
+    /// under `tideway dev --speed`).
+    fn now(&self) -> DateTime<Utc>;
 }

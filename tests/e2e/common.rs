@@ -24,6 +24,12 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tideway");
 
+/// The binary the clusters run: `TIDEWAY_E2E_BIN` when set (a copy, so that a long chaos run
+/// is not switched to a newer build halfway when its processes restart), else [`BIN`].
+pub fn cluster_bin() -> String {
+    std::env::var("TIDEWAY_E2E_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// The harness lock alone, for a test that starts its own processes (e.g. `tideway dev`).
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
@@ -32,7 +38,7 @@ pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
 pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     let guard = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let c = ProcCluster::start(BIN, dir.path(), n, extra)
+    let c = ProcCluster::start(cluster_bin(), dir.path(), n, extra)
         .await
         .expect("start cluster");
     TestCluster {
@@ -46,9 +52,10 @@ pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
 pub async fn cluster_with_token(n: u64, extra: &[&str], token: &str) -> TestCluster {
     let guard = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let c = ProcCluster::start_with_token(BIN, dir.path(), n, extra, Some(token.to_string()))
-        .await
-        .expect("start cluster");
+    let c =
+        ProcCluster::start_with_token(cluster_bin(), dir.path(), n, extra, Some(token.to_string()))
+            .await
+            .expect("start cluster");
     TestCluster {
         c,
         _dir: dir,

@@ -10,6 +10,7 @@ mod t20_restart;
 mod t30_snapshot_catch_up;
 mod t40_partition;
 mod t41_agent_partition;
+mod t42_member_flapping;
 mod t50_bad_input;
 mod t55_forwarding;
 mod t60_cli;

@@ -110,16 +110,33 @@ async fn a_lost_member_s_work_moves_within_the_rate_limit_and_its_old_copies_sto
     let killed = Instant::now();
     tc.c.kill9_agent("sim-eu").expect("kill");
     let deadline = Instant::now() + Duration::from_secs(60);
+    // While moves wait their turn, `explain` says RateLimited and when the next slot is.
+    let mut rate_limited: Option<tideway_api::explain::RedispatchWait> = None;
     let moved = loop {
         assert_once(&sample(&tc).await);
         let r = running_on("sim-ap", 2).await;
         if r.iter().all(|(ok, _)| *ok) {
             break r;
         }
+        if rate_limited.is_none() {
+            for n in &names {
+                if let Ok(x) = c.explain(n).await
+                    && let Some(w) = x.redispatch
+                {
+                    assert!(x.summary.starts_with("RateLimited"), "{}", x.summary);
+                    rate_limited = Some(w);
+                    break;
+                }
+            }
+        }
         assert!(Instant::now() < deadline, "work never moved: {r:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let took = killed.elapsed();
+    let w = rate_limited.expect("explain showed a move waiting on the rate limit");
+    assert_eq!(w.reason, tideway_api::PendingReason::RateLimited);
+    assert_eq!(w.from.as_str(), "sim-eu");
+    assert_eq!(w.limit, tideway_api::explain::RedispatchLimit::Member);
     assert!(
         took >= Duration::from_secs(3),
         "moved before the wait timeout: {took:?}"
@@ -131,6 +148,13 @@ async fn a_lost_member_s_work_moves_within_the_rate_limit_and_its_old_copies_sto
     assert!(
         span >= chrono::Duration::milliseconds(2000),
         "a burst: {at:?}"
+    );
+    // The slot explain named lies within the moves (a move is placed within a cycle of it).
+    assert!(
+        w.next_slot >= at[0] - chrono::Duration::seconds(2)
+            && w.next_slot <= at[at.len() - 1] + chrono::Duration::seconds(1),
+        "next slot {} outside the moves {at:?}",
+        w.next_slot
     );
 
     // sim-eu comes back: its old copies are stopped, nothing runs twice meanwhile.

@@ -149,6 +149,7 @@ fn simulator_and_live_leader_decide_alike() {
                 )),
                 agent_version: None,
                 at,
+                flaps: None,
             },
         );
     }

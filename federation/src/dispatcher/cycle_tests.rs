@@ -72,6 +72,7 @@ fn state() -> FederationState {
             )),
             agent_version: None,
             at: t(0),
+            flaps: None,
         },
     );
     submit(&mut s, 2, "run", "u-run", t(1));

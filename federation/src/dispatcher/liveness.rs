@@ -175,6 +175,7 @@ pub async fn heartbeat(
                     phase: MemberPhase::Ready,
                     message: Some("heartbeats resumed".into()),
                     at: live.clock.now(),
+                    flaps: Some(cfg.flaps),
                 })
                 .await?,
         )?;
@@ -239,6 +240,31 @@ pub async fn health_monitor(
                 })
                 .collect()
         };
+        // Quarantines whose time is up end by themselves, on the leader's clock.
+        let released: Vec<String> = {
+            let Ok(d) = data.read() else { continue };
+            d.state
+                .members
+                .iter()
+                .filter(|(_, m)| {
+                    m.cluster
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == MemberPhase::Quarantined)
+                        && m.quarantine.as_ref().is_some_and(|q| q.until <= now)
+                })
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        for name in released {
+            tracing::info!(member = %name, "quarantine over");
+            let _ = proposer
+                .propose(Command::EndQuarantine {
+                    name,
+                    at: live.clock.now(),
+                })
+                .await;
+        }
         for (name, since_committed) in ready {
             let silent = live.silence(&name).min(since_committed);
             if silent > cfg.not_ready_after {
@@ -249,6 +275,7 @@ pub async fn health_monitor(
                         phase: MemberPhase::NotReady,
                         message: Some(format!("no heartbeat for {:.1} s", silent.as_secs_f64())),
                         at: live.clock.now(),
+                        flaps: None,
                     })
                     .await;
             }

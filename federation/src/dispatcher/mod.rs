@@ -47,6 +47,8 @@ pub struct DispatchConfig {
     pub redispatch_per_second: f64,
     /// ...and this many a second off any one member.
     pub redispatch_per_member_per_second: f64,
+    /// When a member that keeps coming back from NotReady is quarantined.
+    pub flaps: crate::state::members::FlapPolicy,
 }
 
 impl DispatchConfig {
@@ -74,6 +76,7 @@ impl Default for DispatchConfig {
             member_lost_after: Duration::from_secs(60),
             redispatch_per_second: 20.0,
             redispatch_per_member_per_second: 5.0,
+            flaps: Default::default(),
         }
     }
 }

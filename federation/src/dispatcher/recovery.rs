@@ -12,9 +12,10 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use tideway_api::MemberPhase;
 use tideway_api::agent::Desired;
 use tideway_api::clock::SharedClock;
+use tideway_api::explain::{RedispatchLimit, RedispatchWait};
+use tideway_api::{MemberPhase, PendingReason};
 
 use super::DispatchConfig;
 use crate::propose::Proposer;
@@ -59,10 +60,19 @@ impl Bucket {
 
     /// When the next token is due.
     pub fn next_slot(&self) -> Duration {
-        if self.tokens >= 1.0 || self.rate <= 0.0 {
+        self.time_for(1)
+    }
+
+    /// How long until `k` whole tokens have accumulated (from the last refill), ignoring the
+    /// burst cap: when the `k`-th of a queue of waiting moves gets its turn.
+    pub fn time_for(&self, k: u32) -> Duration {
+        let missing = f64::from(k) - self.tokens;
+        if missing <= 0.0 {
             Duration::ZERO
+        } else if self.rate <= 0.0 {
+            Duration::MAX
         } else {
-            Duration::from_secs_f64((1.0 - self.tokens) / self.rate)
+            Duration::try_from_secs_f64(missing / self.rate).unwrap_or(Duration::MAX)
         }
     }
 }
@@ -101,7 +111,77 @@ impl RateLimits {
         self.global.take(n);
         n as usize
     }
+
+    /// When the `k`-th (from 1) of `member`'s moves still waiting after this tick's grants
+    /// gets its turn, and which bucket decides that. The fleet's bucket is shared with the
+    /// other lost members, so its answer is the earliest possible slot.
+    pub fn wait_for(&self, member: &str, k: u32) -> (Duration, RedispatchLimit) {
+        let own = self
+            .per_member
+            .get(member)
+            .map(|b| b.time_for(k))
+            .unwrap_or_default();
+        let fleet = self.global.time_for(k);
+        if fleet > own {
+            (fleet, RedispatchLimit::Global)
+        } else {
+            (own, RedispatchLimit::Member)
+        }
+    }
+
+    /// One tick's decisions: which of the lost members' workloads move now (a batch per
+    /// member), and, for `explain`, when each of the others may move.
+    pub fn plan(
+        &mut self,
+        lost: Vec<LostWork>,
+        now: Instant,
+        wall: chrono::DateTime<Utc>,
+    ) -> (Vec<LostWork>, RedispatchWaitMap) {
+        let mut moves = Vec::new();
+        let mut waits = RedispatchWaitMap::new();
+        for LostWork {
+            member,
+            epoch,
+            uids,
+        } in lost
+        {
+            let n = self.grant(&member, uids.len(), now);
+            let mut uids = uids.into_iter();
+            let batch: Vec<String> = uids.by_ref().take(n).collect();
+            for (i, uid) in uids.enumerate() {
+                let k = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                let (wait, limit) = self.wait_for(&member, k);
+                let next_slot = chrono::TimeDelta::from_std(wait)
+                    .ok()
+                    .and_then(|d| wall.checked_add_signed(d))
+                    .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
+                waits.insert(
+                    uid,
+                    RedispatchWait {
+                        reason: PendingReason::RateLimited,
+                        from: member.clone().into(),
+                        limit,
+                        next_slot,
+                    },
+                );
+            }
+            if !batch.is_empty() {
+                moves.push(LostWork {
+                    member,
+                    epoch,
+                    uids: batch,
+                });
+            }
+        }
+        (moves, waits)
+    }
 }
+
+/// Moves waiting on the rate limit, by workload UID: what `explain` shows as `RateLimited`.
+pub type RedispatchWaitMap = HashMap<String, RedispatchWait>;
+
+/// The leader's current [`RedispatchWaitMap`], shared with the API. Empty on followers.
+pub type RedispatchWaits = Arc<RwLock<RedispatchWaitMap>>;
 
 /// A lost member's work to move: the member, the liveness epoch it was lost in, and its
 /// active assignments in UID order.
@@ -162,41 +242,46 @@ pub fn lost_work(
 }
 
 /// Moves the work of lost members, within the rate limits. Runs on every node; acts on the
-/// leader.
+/// leader, which also publishes in `waits` the moves the limits hold back.
 pub async fn recovery_loop(
     raft: Raft,
     data: Arc<RwLock<StateMachineData>>,
     proposer: Proposer,
     cfg: DispatchConfig,
     clock: SharedClock,
+    waits: RedispatchWaits,
 ) {
     let mut limits = RateLimits::new(&cfg, clock.instant());
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
         if !raft.is_leader() {
+            if let Ok(mut w) = waits.write()
+                && !w.is_empty()
+            {
+                w.clear();
+            }
             continue;
         }
         let lost = {
             let Ok(d) = data.read() else { continue };
             lost_work(&d, cfg.member_lost_after, clock.now())
         };
+        let (moves, waiting) = limits.plan(lost, clock.instant(), clock.now());
+        if let Ok(mut w) = waits.write() {
+            *w = waiting;
+        }
         for LostWork {
             member,
             epoch,
             uids,
-        } in lost
+        } in moves
         {
-            let n = limits.grant(&member, uids.len(), clock.instant());
-            if n == 0 {
-                continue;
-            }
-            let batch: Vec<String> = uids.into_iter().take(n).collect();
-            tracing::warn!(%member, moving = batch.len(), "member lost: moving its work");
+            tracing::warn!(%member, moving = uids.len(), "member lost: moving its work");
             let _ = proposer
                 .propose(Command::RecoverWorkloads {
                     cluster: member,
-                    uids: batch,
+                    uids,
                     at: clock.now(),
                     epoch: Some(epoch),
                 })
@@ -232,5 +317,63 @@ mod tests {
             total += l.grant("a", 1000, t) + l.grant("b", 1000, t) + l.grant("c", 1000, t);
         }
         assert!(total <= 30, "{total}");
+    }
+
+    #[test]
+    fn moves_held_back_are_rate_limited_with_their_next_slot() {
+        use tideway_api::clock::Clock;
+        let cfg = DispatchConfig {
+            redispatch_per_second: 10.0,
+            redispatch_per_member_per_second: 2.0,
+            ..DispatchConfig::default()
+        };
+        let clock = tideway_api::clock::ManualClock::new(chrono::DateTime::UNIX_EPOCH);
+        let (t0, wall) = (clock.instant(), clock.now());
+        let mut l = RateLimits::new(&cfg, t0);
+        let lost = |uids: &[&str]| {
+            vec![LostWork {
+                member: "eu".into(),
+                epoch: 7,
+                uids: uids.iter().map(|u| u.to_string()).collect(),
+            }]
+        };
+        let (moves, waits) = l.plan(lost(&["a", "b", "c", "d", "e"]), t0, wall);
+        assert_eq!(moves.len(), 1);
+        assert_eq!(moves[0].uids, ["a", "b"], "the member's burst of two");
+        assert_eq!(moves[0].epoch, 7);
+        assert_eq!(waits.len(), 3);
+        for (uid, secs) in [("c", 500), ("d", 1000), ("e", 1500)] {
+            let w = &waits[uid];
+            assert_eq!(w.reason, PendingReason::RateLimited);
+            assert_eq!(w.limit, RedispatchLimit::Member);
+            assert_eq!(w.from.as_str(), "eu");
+            assert_eq!(
+                w.next_slot,
+                wall + chrono::TimeDelta::milliseconds(secs),
+                "{uid}: two a second"
+            );
+        }
+        // Half a second later the next one moves and the rest wait less.
+        let t1 = t0 + Duration::from_millis(500);
+        let wall1 = wall + chrono::TimeDelta::milliseconds(500);
+        let (moves, waits) = l.plan(lost(&["c", "d", "e"]), t1, wall1);
+        assert_eq!(moves[0].uids, ["c"]);
+        assert!(!waits.contains_key("c"));
+        assert_eq!(
+            waits["d"].next_slot,
+            wall1 + chrono::TimeDelta::milliseconds(500)
+        );
+
+        // A slow fleet-wide limit binds before a generous per-member one.
+        let cfg = DispatchConfig {
+            redispatch_per_second: 0.5,
+            redispatch_per_member_per_second: 100.0,
+            ..DispatchConfig::default()
+        };
+        let mut l = RateLimits::new(&cfg, t0);
+        let (moves, waits) = l.plan(lost(&["a", "b"]), t0, wall);
+        assert_eq!(moves[0].uids, ["a"]);
+        assert_eq!(waits["b"].limit, RedispatchLimit::Global);
+        assert_eq!(waits["b"].next_slot, wall + chrono::TimeDelta::seconds(2));
     }
 }

@@ -90,16 +90,26 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
                 .is_some_and(|s| s.phase.accepts_work())
         })
     })?;
-    let summary = match (&status.phase, &status.pending_reason, &explanation) {
-        (WorkloadPhase::Pending, _, None) if no_member_ready => {
-            "no member cluster is Ready: nothing can run until an agent registers".to_string()
+    let redispatch = st
+        .redispatch_waits
+        .read()
+        .ok()
+        .and_then(|w| w.get(&uid).cloned())
+        .filter(|_| !status.phase.is_terminal());
+    let summary = if let Some(r) = &redispatch {
+        r.to_string()
+    } else {
+        match (&status.phase, &status.pending_reason, &explanation) {
+            (WorkloadPhase::Pending, _, None) if no_member_ready => {
+                "no member cluster is Ready: nothing can run until an agent registers".to_string()
+            }
+            (WorkloadPhase::Pending, Some(r), Some(e)) => format!("{r}. {}", e.hint),
+            (WorkloadPhase::Pending, Some(r), None) => r.to_string(),
+            (phase, _, _) => match &status.cluster {
+                Some(c) => format!("{phase:?} on {c}"),
+                None => format!("{phase:?}"),
+            },
         }
-        (WorkloadPhase::Pending, Some(r), Some(e)) => format!("{r}. {}", e.hint),
-        (WorkloadPhase::Pending, Some(r), None) => r.to_string(),
-        (phase, _, _) => match &status.cluster {
-            Some(c) => format!("{phase:?} on {c}"),
-            None => format!("{phase:?}"),
-        },
     };
     let resp = ExplainResponse {
         workload: w.metadata.name.clone().into(),
@@ -112,6 +122,7 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         explanation,
         summary,
         cycle_at,
+        redispatch,
     };
     Ok(resp)
 }

@@ -77,6 +77,7 @@ pub async fn register(
                 member: Box::new(req.member),
                 agent_version: req.agent_version,
                 at: st.clock.now(),
+                flaps: Some(st.dispatch.flaps),
             },
         ))
         .await?;

@@ -108,6 +108,8 @@ pub struct AppState {
     /// The secret peer requests must carry; `None` accepts any caller that reaches the peer
     /// routes (loopback or explicitly insecure setups only).
     pub cluster_secret: Option<Arc<peer_auth::ClusterSecret>>,
+    /// The leader's re-dispatches held back by the rate limit, for `explain`.
+    pub redispatch_waits: crate::dispatcher::recovery::RedispatchWaits,
 }
 
 impl AppState {

@@ -244,6 +244,13 @@ impl Hint {
                 },
                 LEADER.into(),
             ),
+            Command::EndQuarantine { name, .. } => (
+                Hint::Health {
+                    name: name.clone(),
+                    phase: MemberPhase::Ready,
+                },
+                LEADER.into(),
+            ),
             Command::As { actor, command } => {
                 let (hint, _) = Hint::of(command);
                 (hint, actor.clone())
@@ -506,13 +513,23 @@ impl FederationState {
                 kind: AuditKind::MemberRegistered,
                 workload: None,
                 queue: None,
-                evidence: format!(
-                    "member cluster '{name}' registered in region '{}'",
-                    self.members
-                        .get(&name)
-                        .map(|m| m.cluster.spec.region.as_str())
-                        .unwrap_or("?")
-                ),
+                evidence: {
+                    let m = self.members.get(&name);
+                    let mut e = format!(
+                        "member cluster '{name}' registered in region '{}'",
+                        m.map(|m| m.cluster.spec.region.as_str()).unwrap_or("?")
+                    );
+                    // Back from NotReady once too often: the registration quarantined it.
+                    if let Some(st) = m.and_then(|m| m.cluster.status.as_ref())
+                        && st.phase == MemberPhase::Quarantined
+                    {
+                        e.push_str(&format!(
+                            "; it is Quarantined: {}",
+                            st.message.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    e
+                },
                 cluster: Some(name),
             }),
             (Hint::Health { name, phase }, CommandResult::Created { .. }) => recs.push(Rec {
@@ -520,14 +537,18 @@ impl FederationState {
                 kind: AuditKind::MemberHealth,
                 workload: None,
                 queue: None,
-                evidence: format!(
-                    "member cluster '{name}' is {phase:?}: {}",
-                    self.members
+                evidence: {
+                    // The phase it is in now: a return may have quarantined it.
+                    let st = self
+                        .members
                         .get(&name)
-                        .and_then(|m| m.cluster.status.as_ref())
-                        .and_then(|s| s.message.clone())
-                        .unwrap_or_default()
-                ),
+                        .and_then(|m| m.cluster.status.as_ref());
+                    format!(
+                        "member cluster '{name}' is {:?}: {}",
+                        st.map(|s| s.phase).unwrap_or(phase),
+                        st.and_then(|s| s.message.clone()).unwrap_or_default()
+                    )
+                },
                 cluster: Some(name),
             }),
             (Hint::Assign { assigns, victims }, _) => {
@@ -757,6 +778,7 @@ mod tests {
                 )),
                 agent_version: None,
                 at: t(0),
+                flaps: None,
             },
         );
         s.apply(

@@ -71,6 +71,10 @@ pub enum Command {
         member: Box<MemberCluster>,
         agent_version: Option<String>,
         at: DateTime<Utc>,
+        /// The leader's flap policy: a registration that brings a NotReady member back (its
+        /// agent restarted) counts as a return (absent in older entries: it does not).
+        #[serde(default)]
+        flaps: Option<super::members::FlapPolicy>,
     },
     /// The leader saw a member's heartbeats stop, or start again.
     MemberHealth {
@@ -78,6 +82,10 @@ pub enum Command {
         phase: MemberPhase,
         message: Option<String>,
         at: DateTime<Utc>,
+        /// On a return from NotReady: the leader's flap policy, which may quarantine the
+        /// member (absent in older entries: no quarantine).
+        #[serde(default)]
+        flaps: Option<super::members::FlapPolicy>,
     },
     /// A coalesced capacity digest of a member.
     MemberDigest {
@@ -218,6 +226,8 @@ pub enum Command {
         notices: Vec<super::checkpoints::CheckpointRequest>,
         at: DateTime<Utc>,
     },
+    /// The leader ends a member's quarantine for flapping, its time being up at `at`.
+    EndQuarantine { name: String, at: DateTime<Utc> },
 }
 
 impl Command {

@@ -203,6 +203,7 @@ mod tests {
                 )),
                 agent_version: None,
                 at: t(0),
+                flaps: None,
             },
         );
         s

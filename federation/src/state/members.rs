@@ -37,6 +37,131 @@ pub struct MemberRecord {
     /// stops the old copies before the federation moves them.
     #[serde(default)]
     pub not_ready_at: Option<DateTime<Utc>>,
+    /// When the member came back from NotReady, within the flap window (oldest first).
+    #[serde(default)]
+    pub returns: Vec<DateTime<Utc>>,
+    /// Its current quarantine for flapping, or the last one (kept to double the next).
+    #[serde(default)]
+    pub quarantine: Option<Quarantine>,
+}
+
+/// A member quarantined for flapping takes no new work until `until`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quarantine {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Its length, which a repeat soon after doubles.
+    pub secs: u64,
+    /// In force; false once it ended (by itself or by an uncordon).
+    pub active: bool,
+}
+
+/// When a member that keeps coming back from NotReady is quarantined, and for how long.
+///
+/// A member that flaps (its agent crash-loops, its network drops in and out) would otherwise
+/// take new work at every return and lose it at the next drop: each loss is a move from a
+/// checkpoint, and the fleet pays for it. The policy travels in the `MemberHealth` entry that
+/// brings the member back, so every replica applies the leader's policy in log order, on the
+/// leader's clock, whatever its own flags say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlapPolicy {
+    /// More returns than this within `window_secs` quarantine the member; 0 never does.
+    pub limit: u32,
+    /// The window returns are counted in.
+    pub window_secs: u64,
+    /// The first quarantine's length. A member quarantined again less than `max_secs` after
+    /// its last quarantine ended gets twice the last one, up to `max_secs`.
+    pub base_secs: u64,
+    /// The longest quarantine.
+    pub max_secs: u64,
+}
+
+impl Default for FlapPolicy {
+    fn default() -> Self {
+        Self {
+            limit: 3,
+            window_secs: 600,
+            base_secs: 300,
+            max_secs: 3600,
+        }
+    }
+}
+
+/// The member's status message when a quarantine starts.
+fn quarantine_message(q: &Quarantine, p: FlapPolicy) -> String {
+    format!(
+        "quarantined for {} s (until {}): back from NotReady more than {} times in {} s; no \
+         new work until then or `tideway member uncordon`",
+        q.secs,
+        q.until.to_rfc3339(),
+        p.limit,
+        p.window_secs
+    )
+}
+
+fn secs(s: u64) -> chrono::TimeDelta {
+    chrono::TimeDelta::seconds(i64::try_from(s).unwrap_or(i64::MAX / 1000))
+}
+
+impl MemberRecord {
+    /// Whether a quarantine for flapping is in force.
+    pub fn quarantined(&self) -> bool {
+        self.quarantine.as_ref().is_some_and(|q| q.active)
+    }
+
+    /// The phase the member shows while live (heartbeating): what the operator asked of it,
+    /// else Quarantined while a quarantine is in force, else Ready.
+    pub fn live_phase(&self) -> MemberPhase {
+        match self.intent {
+            MemberIntent::Schedulable if self.quarantined() => MemberPhase::Quarantined,
+            i => i.live_phase(),
+        }
+    }
+
+    /// Counts a return from NotReady at `at`; answers whether it starts a quarantine.
+    fn count_return(&mut self, p: FlapPolicy, at: DateTime<Utc>) -> bool {
+        if p.limit == 0 {
+            return false;
+        }
+        self.returns.retain(|t| at - *t < secs(p.window_secs));
+        self.returns.push(at);
+        if self.returns.len() <= p.limit as usize {
+            return false;
+        }
+        let len = match &self.quarantine {
+            Some(q) if at - q.until < secs(p.max_secs) => q.secs.saturating_mul(2),
+            _ => p.base_secs,
+        }
+        .clamp(1, p.max_secs.max(1));
+        self.quarantine = Some(Quarantine {
+            since: at,
+            until: at + secs(len),
+            secs: len,
+            active: true,
+        });
+        self.returns.clear();
+        true
+    }
+
+    /// Ends a quarantine whose time is up by `at`; answers whether one ended.
+    fn end_quarantine_due(&mut self, at: DateTime<Utc>) -> bool {
+        match self.quarantine.as_mut() {
+            Some(q) if q.active && q.until <= at => {
+                q.active = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn quarantined_until(&self) -> Option<DateTime<Utc>> {
+        self.quarantine
+            .as_ref()
+            .filter(|q| q.active)
+            .map(|q| q.until)
+    }
 }
 
 /// An operator's word on a member: take new work, take none, or also move its work off.
@@ -79,6 +204,7 @@ impl FederationState {
         &mut self,
         mut member: MemberCluster,
         agent_version: Option<String>,
+        flaps: Option<FlapPolicy>,
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
@@ -90,27 +216,47 @@ impl FederationState {
         }
         let prev = self.members.get(&name);
         let intent = prev.map(|p| p.intent).unwrap_or_default();
+        // A re-registration does not end a quarantine, nor forget recent returns; one that
+        // brings a NotReady member back (its agent restarted) is a return like a heartbeat.
+        let returns = prev.map(|p| p.returns.clone()).unwrap_or_default();
+        let quarantine = prev.and_then(|p| p.quarantine.clone());
+        let was_lost = prev.is_some_and(|p| {
+            p.cluster
+                .status
+                .as_ref()
+                .is_none_or(|s| s.phase == MemberPhase::NotReady)
+        });
         member.metadata.resource_version = Some(index);
         member.metadata.creation_timestamp = prev
             .and_then(|p| p.cluster.metadata.creation_timestamp)
             .or(Some(at));
-        member.status = Some(MemberClusterStatus {
-            phase: intent.live_phase(),
-            last_heartbeat: Some(at),
-            message: Some("registered".into()),
-            agent_version,
-        });
         let digest = prev.and_then(|p| p.digest.clone());
-        self.members.insert(
-            name,
-            MemberRecord {
-                cluster: member.clone(),
-                digest,
-                intent,
-                epoch: index,
-                not_ready_at: None,
-            },
-        );
+        let mut rec = MemberRecord {
+            cluster: member.clone(),
+            digest,
+            intent,
+            epoch: index,
+            not_ready_at: None,
+            returns,
+            quarantine,
+        };
+        let mut message = "registered".to_string();
+        if was_lost
+            && let Some(p) = flaps
+            && rec.count_return(p, at)
+            && let Some(q) = &rec.quarantine
+        {
+            message = quarantine_message(q, p);
+        }
+        member.status = Some(MemberClusterStatus {
+            phase: rec.live_phase(),
+            last_heartbeat: Some(at),
+            message: Some(message),
+            agent_version,
+            quarantined_until: rec.quarantined_until(),
+        });
+        rec.cluster = member.clone();
+        self.members.insert(name, rec);
         CommandResult::Created {
             object: StoredObject::MemberCluster(Box::new(member)),
         }
@@ -121,6 +267,7 @@ impl FederationState {
         name: &str,
         phase: MemberPhase,
         message: Option<String>,
+        flaps: Option<FlapPolicy>,
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
@@ -131,8 +278,12 @@ impl FederationState {
             );
         };
         rec.cluster.metadata.resource_version = Some(index);
-        let status = rec.cluster.status.get_or_insert_with(Default::default);
-        let was_lost = status.phase == MemberPhase::NotReady;
+        let was_lost = rec
+            .cluster
+            .status
+            .as_ref()
+            .is_none_or(|s| s.phase == MemberPhase::NotReady);
+        let mut message = message;
         if phase == MemberPhase::NotReady {
             if !was_lost {
                 rec.not_ready_at = Some(at);
@@ -141,14 +292,24 @@ impl FederationState {
             rec.not_ready_at = None;
             if was_lost {
                 rec.epoch = index;
+                if let Some(p) = flaps
+                    && rec.count_return(p, at)
+                    && let Some(q) = &rec.quarantine
+                {
+                    message = Some(quarantine_message(q, p));
+                }
             }
         }
-        // A member coming back shows what the operator asked of it.
+        // A member coming back shows what the operator asked of it (or its quarantine).
+        let live = rec.live_phase();
+        let until = rec.quarantined_until();
+        let status = rec.cluster.status.get_or_insert_with(Default::default);
         status.phase = if phase == MemberPhase::NotReady {
             phase
         } else {
-            rec.intent.live_phase()
+            live
         };
+        status.quarantined_until = until;
         status.message = message;
         if phase == MemberPhase::Ready {
             status.last_heartbeat = Some(at);
@@ -185,11 +346,43 @@ impl FederationState {
         }
     }
 
+    /// Ends member `name`'s quarantine if its time is up by `at` (the leader proposes this
+    /// when its clock passes the end; apply checks again, so a late or repeated entry, or one
+    /// racing an uncordon, changes nothing).
+    pub(super) fn end_quarantine(
+        &mut self,
+        name: &str,
+        at: DateTime<Utc>,
+        index: u64,
+    ) -> CommandResult {
+        let Some(rec) = self.members.get_mut(name) else {
+            return CommandResult::Updated { count: 0 };
+        };
+        if !rec.end_quarantine_due(at) {
+            return CommandResult::Updated { count: 0 };
+        }
+        rec.cluster.metadata.resource_version = Some(index);
+        let live = rec.live_phase();
+        let status = rec.cluster.status.get_or_insert_with(Default::default);
+        if status.phase != MemberPhase::NotReady {
+            status.phase = live;
+        }
+        status.quarantined_until = None;
+        status.message = Some("quarantine over: takes new work again".into());
+        CommandResult::Created {
+            object: StoredObject::MemberCluster(Box::new(rec.cluster.clone())),
+        }
+    }
+
     /// Whether setting `intent` on member `name` would change anything; `None` when the member
     /// is unknown. The API checks this before proposing.
     pub fn intent_changes(&self, name: &str, intent: MemberIntent) -> Option<bool> {
         let rec = self.members.get(name)?;
-        Some(rec.intent != intent || (intent == MemberIntent::Draining && self.has_running(name)))
+        Some(
+            rec.intent != intent
+                || (intent == MemberIntent::Draining && self.has_running(name))
+                || (intent == MemberIntent::Schedulable && rec.quarantined()),
+        )
     }
 
     /// Whether a member still holds work it was told to run.
@@ -216,12 +409,22 @@ impl FederationState {
         };
         rec.intent = intent;
         rec.cluster.metadata.resource_version = Some(index);
+        let lifted = intent == MemberIntent::Schedulable && rec.quarantined();
+        if intent == MemberIntent::Schedulable {
+            // An operator's uncordon also ends a quarantine, and forgets the flapping.
+            rec.quarantine = None;
+            rec.returns.clear();
+        }
+        let live = rec.live_phase();
+        let until = rec.quarantined_until();
         let status = rec.cluster.status.get_or_insert_with(Default::default);
         if status.phase != MemberPhase::NotReady {
-            status.phase = intent.live_phase();
+            status.phase = live;
         }
+        status.quarantined_until = until;
         status.message = Some(
             match intent {
+                MemberIntent::Schedulable if lifted => "uncordoned: quarantine lifted",
                 MemberIntent::Schedulable => "uncordoned",
                 MemberIntent::Cordoned => "cordoned: no new work",
                 MemberIntent::Draining => "draining: work is checkpointed and moved",
@@ -624,6 +827,7 @@ pub(crate) mod tests {
                 )),
                 agent_version: None,
                 at: t(0),
+                flaps: None,
             },
         );
         let mut spec = WorkloadSpec::new(
@@ -854,6 +1058,7 @@ pub(crate) mod tests {
                     phase: p,
                     message: None,
                     at: t(idx as i64),
+                    flaps: None,
                 },
             );
         }
@@ -871,6 +1076,7 @@ pub(crate) mod tests {
                 )),
                 agent_version: None,
                 at: t(8),
+                flaps: None,
             },
         );
         assert_eq!(
@@ -961,6 +1167,7 @@ pub(crate) mod tests {
                     phase: MemberPhase::NotReady,
                     message: None,
                     at: t(idx as i64),
+                    flaps: None,
                 },
             );
         };
@@ -1011,6 +1218,7 @@ pub(crate) mod tests {
                     phase: MemberPhase::Ready,
                     message: None,
                     at: t(idx as i64),
+                    flaps: None,
                 },
             );
             s.apply(
@@ -1074,6 +1282,7 @@ pub(crate) mod tests {
                 phase,
                 message: None,
                 at: t(idx as i64),
+                flaps: None,
             },
         );
     }
@@ -1088,6 +1297,7 @@ pub(crate) mod tests {
                 )),
                 agent_version: None,
                 at: t(idx as i64),
+                flaps: None,
             },
         );
     }
@@ -1280,5 +1490,189 @@ pub(crate) mod tests {
             },
         );
         assert_eq!(res, CommandResult::Updated { count: 0 });
+    }
+
+    // Flapping: a member back from NotReady too often is quarantined, with a backoff that
+    // doubles per repeat; it ends by itself (`EndQuarantine`, proposed by the leader once its
+    // clock passes the end) or by an uncordon.
+
+    const FLAPS: FlapPolicy = FlapPolicy {
+        limit: 2,
+        window_secs: 100,
+        base_secs: 30,
+        max_secs: 100,
+    };
+
+    /// The member goes NotReady at `at` and comes back one second later, with the policy.
+    fn flap(s: &mut FederationState, idx: u64, at: i64) {
+        for (i, p) in [(0, MemberPhase::NotReady), (1, MemberPhase::Ready)] {
+            s.apply(
+                idx + i,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: p,
+                    message: None,
+                    at: t(at + i as i64),
+                    flaps: Some(FLAPS),
+                },
+            );
+        }
+    }
+
+    fn until(s: &FederationState) -> Option<DateTime<Utc>> {
+        s.members["a"]
+            .cluster
+            .status
+            .as_ref()
+            .and_then(|st| st.quarantined_until)
+    }
+
+    #[test]
+    fn a_flapping_member_is_quarantined_with_a_doubling_backoff() {
+        let mut s = setup(None);
+        flap(&mut s, 10, 10);
+        flap(&mut s, 12, 20);
+        assert_eq!(
+            member_phase(&s),
+            MemberPhase::Ready,
+            "two returns: the limit"
+        );
+        flap(&mut s, 14, 30);
+        assert_eq!(member_phase(&s), MemberPhase::Quarantined, "a third");
+        assert_eq!(until(&s), Some(t(31 + 30)));
+        assert!(!member_phase(&s).accepts_work());
+        assert_eq!(phase(&s), WorkloadPhase::Assigned, "its work stays");
+        let ev = s.audit.events.back().map(|e| e.evidence.clone());
+        assert!(
+            ev.as_deref().is_some_and(|e| e.contains("Quarantined")),
+            "audited: {ev:?}"
+        );
+        // Neither a re-registration nor a NotReady spell ends it.
+        reregister(&mut s, 16);
+        assert_eq!(member_phase(&s), MemberPhase::Quarantined);
+        health(&mut s, 17, MemberPhase::NotReady);
+        assert_eq!(until(&s), Some(t(61)));
+        // Too early: nothing changes.
+        let end = |s: &mut FederationState, idx: u64, at: i64| {
+            s.apply(
+                idx,
+                Command::EndQuarantine {
+                    name: "a".into(),
+                    at: t(at),
+                },
+            )
+        };
+        assert_eq!(end(&mut s, 18, 60), CommandResult::Updated { count: 0 });
+        assert!(s.members["a"].quarantined());
+        assert!(matches!(end(&mut s, 19, 61), CommandResult::Created { .. }));
+        assert_eq!(member_phase(&s), MemberPhase::NotReady, "still silent");
+        assert_eq!(until(&s), None);
+        assert_eq!(end(&mut s, 20, 62), CommandResult::Updated { count: 0 });
+
+        // Flapping again soon after: twice as long.
+        flap(&mut s, 21, 70);
+        flap(&mut s, 23, 80);
+        flap(&mut s, 25, 90);
+        assert_eq!(until(&s), Some(t(91 + 60)));
+        // And again: capped at the maximum.
+        end(&mut s, 27, 151);
+        assert_eq!(member_phase(&s), MemberPhase::Ready);
+        for (i, at) in [160, 170, 180].into_iter().enumerate() {
+            flap(&mut s, 28 + 2 * i as u64, at);
+        }
+        assert_eq!(until(&s), Some(t(181 + 100)));
+    }
+
+    #[test]
+    fn returns_outside_the_window_and_a_zero_limit_never_quarantine() {
+        let mut s = setup(None);
+        for i in 0..5u64 {
+            flap(&mut s, 10 + 2 * i, 60 * i as i64);
+        }
+        assert_eq!(member_phase(&s), MemberPhase::Ready, "one a minute: fine");
+        let mut s = setup(None);
+        for i in 0..5u64 {
+            s.apply(
+                10 + i,
+                Command::MemberHealth {
+                    name: "a".into(),
+                    phase: if i % 2 == 0 {
+                        MemberPhase::NotReady
+                    } else {
+                        MemberPhase::Ready
+                    },
+                    message: None,
+                    at: t(10 + i as i64),
+                    flaps: Some(FlapPolicy { limit: 0, ..FLAPS }),
+                },
+            );
+        }
+        assert_ne!(member_phase(&s), MemberPhase::Quarantined);
+    }
+
+    #[test]
+    fn an_uncordon_lifts_a_quarantine_and_forgets_the_flapping() {
+        let mut s = setup(None);
+        for i in 0..3u64 {
+            flap(&mut s, 10 + 2 * i, 10 * i as i64);
+        }
+        assert_eq!(member_phase(&s), MemberPhase::Quarantined);
+        assert_eq!(
+            s.intent_changes("a", MemberIntent::Schedulable),
+            Some(true),
+            "an uncordon changes something"
+        );
+        intent(&mut s, 20, MemberIntent::Schedulable);
+        assert_eq!(member_phase(&s), MemberPhase::Ready);
+        assert_eq!(until(&s), None);
+        assert!(s.members["a"].quarantine.is_none());
+        assert_eq!(
+            s.intent_changes("a", MemberIntent::Schedulable),
+            Some(false)
+        );
+        // A cordon during a quarantine shows Cordoned; uncordoned, the quarantine is gone too.
+        for i in 0..3u64 {
+            flap(&mut s, 30 + 2 * i, 100 + 10 * i as i64);
+        }
+        intent(&mut s, 40, MemberIntent::Cordoned);
+        assert_eq!(member_phase(&s), MemberPhase::Cordoned);
+        assert!(until(&s).is_some());
+        intent(&mut s, 41, MemberIntent::Schedulable);
+        assert_eq!(member_phase(&s), MemberPhase::Ready);
+    }
+
+    #[test]
+    fn an_agent_restart_that_brings_the_member_back_counts_as_a_return() {
+        let mut s = setup(None);
+        let register = |s: &mut FederationState, idx: u64| {
+            s.apply(
+                idx,
+                Command::RegisterMember {
+                    member: Box::new(MemberCluster::new(
+                        "a",
+                        MemberClusterSpec::new("eu", vec![]),
+                    )),
+                    agent_version: None,
+                    at: t(idx as i64),
+                    flaps: Some(FLAPS),
+                },
+            )
+        };
+        // A registration of a live member is no return.
+        for idx in 10..14 {
+            register(&mut s, idx);
+        }
+        assert_eq!(member_phase(&s), MemberPhase::Ready);
+        for i in 0..3u64 {
+            health(&mut s, 20 + 2 * i, MemberPhase::NotReady);
+            register(&mut s, 21 + 2 * i);
+        }
+        assert_eq!(member_phase(&s), MemberPhase::Quarantined);
+        assert_eq!(until(&s), Some(t(25 + 30)));
+        let ev = s.audit.events.back().map(|e| e.evidence.clone());
+        assert!(
+            ev.as_deref().is_some_and(|e| e.contains("Quarantined")),
+            "audited: {ev:?}"
+        );
     }
 }

@@ -250,18 +250,20 @@ impl FederationState {
                 member,
                 agent_version,
                 at,
+                flaps,
             } => {
                 self.tick(at);
-                self.register_member(*member, agent_version, at, index)
+                self.register_member(*member, agent_version, flaps, at, index)
             }
             Command::MemberHealth {
                 name,
                 phase,
                 message,
                 at,
+                flaps,
             } => {
                 self.tick(at);
-                self.member_health(&name, phase, message, at, index)
+                self.member_health(&name, phase, message, flaps, at, index)
             }
             Command::MemberDigest { name, digest, at } => {
                 self.tick(at);
@@ -343,6 +345,10 @@ impl FederationState {
             Command::ReadmitMember { name, at } => {
                 self.tick(at);
                 self.readmit_member(&name)
+            }
+            Command::EndQuarantine { name, at } => {
+                self.tick(at);
+                self.end_quarantine(&name, at, index)
             }
             Command::PutQuotaSchedule { schedule, at } => {
                 self.tick(at);

@@ -74,6 +74,7 @@ impl Touch {
             | Command::MemberHealth { .. }
             | Command::RemoveMember { .. }
             | Command::ReadmitMember { .. }
+            | Command::EndQuarantine { .. }
             | Command::SetMemberIntent { .. } => {
                 t.capacity = true;
                 // Shares of capacity in tidal windows move with it.
@@ -332,6 +333,7 @@ mod tests {
                 )),
                 agent_version: None,
                 at: t(at),
+                flaps: None,
             });
             self.digest(name, pools, at);
         }

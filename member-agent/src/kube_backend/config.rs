@@ -109,6 +109,14 @@ pub struct NodeLabels {
     /// problem detector or DCGM-based health checks). `Ready != True` always does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_conditions: Vec<String>,
+    /// Node condition types that mean correctable ECC errors are piling up when `True`: the
+    /// node is cordoned and its workloads get a checkpoint notice before they are evicted
+    /// (see `node_health`; the label `tideway.dev/gpu-fault=ecc` does the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ecc_conditions: Vec<String>,
+    /// Cordon faulty GPU nodes (`spec.unschedulable`); `false` only reports and evicts.
+    #[serde(default = "default_true")]
+    pub cordon_faulty: bool,
 }
 
 impl Default for NodeLabels {
@@ -120,10 +128,15 @@ impl Default for NodeLabels {
             zone: default_zone_label(),
             rack: None,
             unhealthy_conditions: Vec::new(),
+            ecc_conditions: Vec::new(),
+            cordon_faulty: true,
         }
     }
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_namespace() -> String {
     "tideway".to_owned()
 }
@@ -274,6 +287,11 @@ mod tests {
         assert_eq!(cfg.nodes.zone, "topology.kubernetes.io/zone");
         assert_eq!(cfg.nodes.rack.as_deref(), Some("tideway.dev/rack"));
         assert_eq!(cfg.volcano.queue, None);
+        assert!(
+            cfg.nodes.cordon_faulty,
+            "faulty nodes are cordoned by default"
+        );
+        assert!(cfg.nodes.ecc_conditions.is_empty());
         cfg.validate().unwrap();
     }
 

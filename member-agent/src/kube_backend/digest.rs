@@ -286,9 +286,11 @@ fn node_gpus(config: &KubeConfig, node: &Node, used: u32) -> Option<NodeGpus> {
     let ready = conditions
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "True");
-    let sick = conditions
-        .iter()
-        .any(|c| c.status == "True" && config.nodes.unhealthy_conditions.contains(&c.type_));
+    // A broken GPU (a configured condition or the `tideway.dev/gpu-fault` label) makes the
+    // node's GPUs unhealthy; an ECC warning keeps them out of new placements (cordoned).
+    let fault = super::node_health::node_fault(config, node);
+    let sick = matches!(fault, Some(super::node_health::NodeFault::GpuFault(_)));
+    let warned = matches!(fault, Some(super::node_health::NodeFault::EccWarning));
     let cordoned = node
         .spec
         .as_ref()
@@ -303,7 +305,7 @@ fn node_gpus(config: &KubeConfig, node: &Node, used: u32) -> Option<NodeGpus> {
     };
     if !ready || sick {
         counts.unhealthy = capacity;
-    } else if cordoned {
+    } else if cordoned || warned {
         counts.cordoned = allocatable;
     } else {
         let free = allocatable.saturating_sub(used) as usize;

@@ -239,6 +239,13 @@ impl Scenario {
                         "/api/v1/pods?&fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed&limit=500",
                         testdata::PODS,
                     ),
+                    // The recorded fleet has a NotReady node and one with a GPU condition,
+                    // neither cordoned yet: the agent cordons both (no Tideway pods on them).
+                    cordon("gpu-h100-b2", "node gpu-h100-b2 is NotReady"),
+                    cordon(
+                        "gpu-h100-b3",
+                        "GPU fault on node gpu-h100-b3 (GPUUnhealthy)",
+                    ),
                 ]
             }
             Scenario::Create {
@@ -279,6 +286,26 @@ impl Scenario {
             Scenario::Exchanges(e) => e,
         }
     }
+}
+
+/// The agent's merge patch cordoning a faulty node, and the server's answer (the node).
+pub fn cordon(node: &str, why: &str) -> Exchange {
+    let body = json!({
+        "metadata": {"annotations": {"tideway.dev/cordoned-for": why}},
+        "spec": {"unschedulable": true},
+    });
+    let answer = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "annotations": {"tideway.dev/cordoned-for": why}},
+        "spec": {"unschedulable": true},
+    });
+    Exchange::send(
+        Method::PATCH,
+        format!("/api/v1/nodes/{node}?&fieldManager=tideway-agent"),
+        body,
+    )
+    .content_type("application/merge-patch+json")
+    .respond(StatusCode::OK, answer.to_string())
 }
 
 fn api_version(mode: SchedulerMode) -> &'static str {

@@ -28,6 +28,9 @@ pub const CHECKPOINT_REQUESTED: &str = "tideway.dev/checkpoint-requested";
 /// A hand-over notice (RFC 3339): checkpoint by then and keep running. Unlike a preemption
 /// nothing is deleted; the workload watches the annotation (e.g. a downward-API volume).
 pub const CHECKPOINT_BY: &str = "tideway.dev/checkpoint-by";
+/// Why the agent evicts a job at its `preempt-at` deadline when it is not a preemption (a
+/// node fault): the reason its Evicted status carries.
+pub const EVICT_REASON: &str = "tideway.dev/evict-reason";
 
 /// Every Kubernetes name we create is a DNS-1123 label.
 pub const MAX_NAME_LEN: usize = 63;

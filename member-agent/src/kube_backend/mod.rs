@@ -19,6 +19,7 @@ pub mod digest;
 pub mod error;
 pub mod labels;
 pub mod manifest;
+pub mod node_health;
 pub mod status;
 mod watch;
 
@@ -129,10 +130,6 @@ impl KubeBackend {
         watch::watch_statuses(self.jobs.clone(), self.config.mode, self.clock.clone())
     }
 
-    fn now(&self) -> DateTime<Utc> {
-        self.clock.now()
-    }
-
     /// Deletes one job; already gone is fine.
     async fn delete_job(&self, name: &str) -> Result<(), BackendError> {
         match self.jobs.delete(name, &DeleteParams::background()).await {
@@ -140,6 +137,77 @@ impl KubeBackend {
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(classify(&format!("delete job {name}"), e)),
         }
+    }
+
+    /// Cordons faulty nodes and gives the workloads on them the preemption notice (see
+    /// [`node_health`]). Best effort: a failed write is logged and tried again with the next
+    /// digest, which must not fail for it (the heartbeat carries it).
+    async fn act_on_node_health(&self, actions: &node_health::HealthActions) {
+        if self.config.nodes.cordon_faulty {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            for (node, why) in &actions.cordon {
+                let patch = json!({
+                    "metadata": {"annotations": {node_health::CORDONED_FOR: why}},
+                    "spec": {"unschedulable": true},
+                });
+                match nodes.patch(node, &pp, &Patch::Merge(&patch)).await {
+                    Ok(_) => tracing::warn!(%node, reason = %why, "cordoned a faulty node"),
+                    Err(e) => tracing::warn!(%node, error = %e, "cordoning a faulty node failed"),
+                }
+            }
+        }
+        for (uid, (grace, why)) in &actions.evict {
+            if let Err(e) = self.evict_for_fault(uid, *grace, why).await {
+                tracing::warn!(%uid, error = %e, "notice for a node fault failed");
+            }
+        }
+    }
+
+    /// The preemption notice for a node fault: every live job of the workload gets the
+    /// deadline (never later than one it has), a checkpoint request and the reason; the
+    /// status poll deletes it at the deadline and reports it Evicted with that reason. A job
+    /// that already has a deadline no later than this one is left alone, so repeated digests
+    /// write nothing.
+    async fn evict_for_fault(
+        &self,
+        uid: &str,
+        grace: Duration,
+        reason: &str,
+    ) -> Result<(), BackendError> {
+        let now = self.now();
+        let wanted = deadline(now, grace);
+        for job in self.list_jobs(&labels::uid_selector(uid)).await? {
+            let Some(name) = job.metadata.name.clone() else {
+                continue;
+            };
+            let finished = status::local_status(self.config.mode, &job, now)
+                .is_none_or(|s| s.phase.is_terminal());
+            if finished || job.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if status::preempt_at(&job).is_some_and(|at| at <= wanted) {
+                continue;
+            }
+            let patch = json!({"metadata": {"annotations": {
+                labels::PREEMPT_AT: wanted.to_rfc3339_opts(SecondsFormat::Secs, true),
+                labels::CHECKPOINT_REQUESTED: "true",
+                labels::EVICT_REASON: reason,
+            }}});
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            match self.jobs.patch(&name, &pp, &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(classify(&format!("annotate job {name}"), e)),
+            }
+        }
+        Ok(())
     }
 
     /// Every managed job.
@@ -185,6 +253,10 @@ where
 }
 
 impl Backend for KubeBackend {
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     async fn digest(&self) -> Result<CapacityDigest, BackendError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let pods: Api<Pod> = Api::all(self.client.clone());
@@ -199,7 +271,9 @@ impl Backend for KubeBackend {
         .map_err(|e| classify("list pods", e))?;
         let mut occupied = digest::nodes_by_workload(&pods);
         digest::locate_nodes(&mut occupied, &nodes, &self.config);
+        let health = node_health::plan(&self.config, &nodes, &occupied);
         *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = occupied;
+        self.act_on_node_health(&health).await;
         Ok(digest::build_digest(
             &self.config,
             &nodes,
@@ -341,9 +415,14 @@ impl Backend for KubeBackend {
                 // job as it is, and the next poll tries again.
                 match self.delete_job(name).await {
                     Ok(()) => {
-                        s.phase = LocalPhase::Evicted {
-                            reason: PREEMPTED_REASON.to_owned(),
-                        };
+                        let reason = job
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(labels::EVICT_REASON))
+                            .cloned()
+                            .unwrap_or_else(|| PREEMPTED_REASON.to_owned());
+                        s.phase = LocalPhase::Evicted { reason };
                         s.since = now;
                     }
                     Err(e) => tracing::warn!(job = name, error = %e, "preemption delete failed"),

@@ -105,6 +105,175 @@ async fn digest_reports_an_unreachable_api_server_as_unavailable() {
     assert!(matches!(err, BackendError::Unavailable(_)), "{err}");
 }
 
+/// A GPU node as the API server lists it, Ready, with extra labels.
+fn gpu_node(name: &str, labels: Value) -> Value {
+    let mut all = json!({
+        "tideway.dev/pool": "train",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "topology.kubernetes.io/zone": "us-west-2a",
+    });
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+        all.extend(extra.clone());
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": all, "resourceVersion": "100"},
+        "spec": {},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    })
+}
+
+/// A running pod of a Tideway workload attempt, bound to `node`, holding 8 GPUs.
+fn tideway_pod(name: &str, uid: &str, attempt: u32, node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml-jobs", "labels": {
+            "tideway.dev/workload-uid": uid, "tideway.dev/attempt": attempt.to_string()
+        }},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Running"}
+    })
+}
+
+const PODS_URI: &str = "/api/v1/pods?&fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed&limit=500";
+
+#[tokio::test]
+async fn a_gpu_fault_label_cordons_the_node_and_evicts_its_work_with_a_notice() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, NOW);
+    let nodes = list_body(
+        "NodeList",
+        "v1",
+        "100",
+        &[
+            gpu_node("gpu-ok", json!({})),
+            gpu_node("gpu-ecc", json!({"tideway.dev/gpu-fault": "ecc"})),
+            gpu_node("gpu-xid", json!({"tideway.dev/gpu-fault": "xid-79"})),
+        ],
+    );
+    let pods = list_body(
+        "PodList",
+        "v1",
+        "200",
+        &[
+            tideway_pod("a-0", &uid(1), 1, "gpu-ok"),
+            tideway_pod("b-0", &uid(2), 1, "gpu-ecc"),
+            tideway_pod("c-0", &uid(3), 1, "gpu-xid"),
+        ],
+    );
+    let job = volcano_job(2, "Running", "", "6000");
+    let name = job["metadata"]["name"].as_str().expect("name").to_owned();
+    let notice = |at: &str, why: &str| {
+        json!({"metadata": {"annotations": {
+            "tideway.dev/preempt-at": at,
+            "tideway.dev/checkpoint-requested": "true",
+            "tideway.dev/evict-reason": why,
+        }}})
+    };
+    let ecc = "ECC errors on node gpu-ecc: checkpoint and move";
+    let xid = "GPU fault on node gpu-xid (xid-79)";
+    let server = server.run(Scenario::Exchanges(vec![
+        Exchange::get("/api/v1/nodes?&limit=500", nodes),
+        Exchange::get(PODS_URI, pods),
+        cordon("gpu-ecc", ecc),
+        cordon("gpu-xid", xid),
+        // uid(2) on the ECC node: checkpoint, evicted in 60 s.
+        Exchange::get(
+            uid_list_uri(&uid(2)),
+            volcano_list("6000", std::slice::from_ref(&job)),
+        ),
+        Exchange::send(
+            Method::PATCH,
+            format!("{VOLCANO_JOBS}/{name}?&fieldManager=tideway-agent"),
+            notice("2025-06-01T12:01:00Z", ecc),
+        )
+        .content_type("application/merge-patch+json")
+        .respond(StatusCode::OK, job.to_string()),
+        // uid(3) on the broken GPU: now.
+        Exchange::get(
+            uid_list_uri(&uid(3)),
+            volcano_list("6000", std::slice::from_ref(&job)),
+        ),
+        Exchange::send(
+            Method::PATCH,
+            format!("{VOLCANO_JOBS}/{name}?&fieldManager=tideway-agent"),
+            notice("2025-06-01T12:00:00Z", xid),
+        )
+        .content_type("application/merge-patch+json")
+        .respond(StatusCode::OK, job.to_string()),
+    ]));
+    let digest = backend.digest().await.expect("digest");
+    verified(server).await;
+    let counts = &digest.pools[0].counts;
+    assert_eq!(counts.total, 24);
+    assert_eq!(counts.unhealthy, 8, "the broken GPU node");
+    assert_eq!(
+        counts.cordoned, 8,
+        "the ECC node, before its cordon is listed"
+    );
+    assert_eq!(counts.allocated, 24);
+}
+
+#[tokio::test]
+async fn a_job_noticed_for_a_node_fault_is_evicted_with_the_fault_as_reason() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, "2025-06-01T12:00:01Z");
+    let mut job = volcano_job(2, "Running", "", "6001");
+    job["metadata"]["annotations"] = json!({
+        "tideway.dev/preempt-at": "2025-06-01T12:00:00Z",
+        "tideway.dev/evict-reason": "GPU fault on node gpu-xid (xid-79)"
+    });
+    let name = job["metadata"]["name"].as_str().expect("name").to_owned();
+    let server = server.run(Scenario::Exchanges(vec![
+        Exchange::get(list_uri(), volcano_list("6001", &[job])),
+        Exchange::send(
+            Method::DELETE,
+            format!("{VOLCANO_JOBS}/{name}?"),
+            json!({"propagationPolicy": "Background"}),
+        )
+        .respond(StatusCode::OK, delete_status(&name)),
+    ]));
+    let statuses = backend.statuses().await.expect("statuses");
+    verified(server).await;
+    assert_eq!(
+        statuses,
+        vec![status(
+            &uid(3),
+            1,
+            evicted("GPU fault on node gpu-xid (xid-79)"),
+            "2025-06-01T12:00:01Z"
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_digest_does_not_notice_an_already_noticed_job_again() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, NOW);
+    let mut cordoned = gpu_node("gpu-xid", json!({"tideway.dev/gpu-fault": "xid-79"}));
+    cordoned["spec"]["unschedulable"] = json!(true);
+    let nodes = list_body("NodeList", "v1", "100", &[cordoned]);
+    let pods = list_body(
+        "PodList",
+        "v1",
+        "200",
+        &[tideway_pod("c-0", &uid(3), 1, "gpu-xid")],
+    );
+    let mut job = volcano_job(2, "Running", "", "6000");
+    job["metadata"]["annotations"] = json!({"tideway.dev/preempt-at": "2025-06-01T12:00:00Z"});
+    let server = server.run(Scenario::Exchanges(vec![
+        Exchange::get("/api/v1/nodes?&limit=500", nodes),
+        Exchange::get(PODS_URI, pods),
+        // Already cordoned: no patch; already noticed: a lookup and no patch.
+        Exchange::get(uid_list_uri(&uid(3)), volcano_list("6000", &[job])),
+    ]));
+    let digest = backend.digest().await.expect("digest");
+    verified(server).await;
+    assert_eq!(digest.pools[0].counts.unhealthy, 8);
+}
+
 // --- create ---------------------------------------------------------------------------
 
 /// What the API server answers to a create: our object plus the fields it owns.

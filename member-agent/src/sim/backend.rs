@@ -174,6 +174,10 @@ impl Backend for SimBackend {
     async fn statuses(&self) -> Result<Vec<LocalStatus>, BackendError> {
         self.with_cluster(|c, _| c.statuses())
     }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
 }
 
 #[cfg(test)]
