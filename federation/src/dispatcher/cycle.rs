@@ -176,6 +176,8 @@ pub fn build_input(
             .collect(),
         preemption_budget,
         quota_overrides,
+        // Not carried by the leader yet: a preemptor's hold lasts while its victims leave.
+        preemptors: Vec::new(),
         settings,
     };
     super::estimates::fill(&mut input, &super::estimates::learned(state));
