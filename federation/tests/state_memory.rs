@@ -76,6 +76,7 @@ impl Run {
                 )),
                 agent_version: None,
                 at: t(0),
+                flaps: None,
             },
         );
         Run { s, index: 1, n: 0 }

@@ -278,6 +278,7 @@ fn input(pending: usize) -> SchedulerInput {
         preemption_budget: PreemptionBudget::per_minute(10),
         quota_overrides: Vec::new(),
         rollout: None,
+        preemptors: Vec::new(),
     }
 }
 

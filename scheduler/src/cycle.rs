@@ -160,6 +160,8 @@ pub struct Hold {
     pub returning: Vec<u32>,
     /// Shapes already found to leave the holder no room (capacity only shrinks in a cycle).
     pub no_room: Vec<u32>,
+    /// The holder's base class value: a preemptor's hold yields only to higher classes.
+    pub holder_base: i32,
 }
 
 pub struct Cycle<'a> {
@@ -505,7 +507,11 @@ impl<'a> Cycle<'a> {
                 self.on_cluster[ci].push(self.running.len() as u32);
             }
             let side = FleetSide::of_class(w.spec.class);
-            if let Some(ci) = cluster {
+            // A victim being evicted no longer counts for its side: its preemptor does
+            // (`load_preemptor_holds`), so two reclaims never count the same GPUs twice.
+            if let Some(ci) = cluster
+                && r.preempting_for.is_none()
+            {
                 self.sides.charge(side, &input.clusters[ci].region, &gpus);
             }
             self.sides.runs.push((side, cluster));
@@ -646,7 +652,9 @@ impl<'a> Cycle<'a> {
     fn load_holds(&mut self, cluster_ids: &DetMap<&str, usize>) {
         let input = self.input;
         // No holds to carry: no need to index the backlog by uid.
-        if input.reservations.is_empty() && input.running.iter().all(|r| r.preempting_for.is_none())
+        if input.reservations.is_empty()
+            && input.preemptors.is_empty()
+            && input.running.iter().all(|r| r.preempting_for.is_none())
         {
             return;
         }
@@ -672,22 +680,7 @@ impl<'a> Cycle<'a> {
                 self.add_hold(HoldKind::Reservation, idx, ci, start);
             }
         }
-        // Preemptors whose victims are still leaving keep the capacity they preempted for.
-        let mut preempting: Vec<(u32, usize)> = Vec::new();
-        for r in &input.running {
-            if let (Some(for_uid), Some(&ci)) =
-                (&r.preempting_for, cluster_ids.get(r.cluster.as_str()))
-                && let Some(&idx) = by_uid.get(for_uid.as_str())
-                && !preempting.contains(&(idx, ci))
-            {
-                preempting.push((idx, ci));
-            }
-        }
-        for (idx, ci) in preempting {
-            if !self.own_hold.contains_key(&idx) {
-                self.add_hold(HoldKind::Preemption, idx, ci, self.now);
-            }
-        }
+        self.load_preemptor_holds(cluster_ids, &by_uid);
     }
 
     pub fn add_hold(&mut self, kind: HoldKind, idx: u32, ci: usize, expected_start: DateTime<Utc>) {
@@ -708,6 +701,15 @@ impl<'a> Cycle<'a> {
             active: true,
             returning,
             no_room: Vec::new(),
+            holder_base: self
+                .prio
+                .class(
+                    &self.input.pending[idx as usize]
+                        .workload
+                        .spec
+                        .priority_class,
+                )
+                .value,
         });
         self.holds_on[ci].push(h);
         self.own_hold.insert(idx, h);
@@ -964,7 +966,7 @@ impl<'a> Cycle<'a> {
         }
         self.clusters[ci].version += 1;
         self.admit(idx, q);
-        self.charge_side(idx, ci);
+        self.charge_side_once(idx, ci);
         self.release_hold(idx);
         let key = self.spread_key(w);
         let region = input.clusters[ci].region.as_str();

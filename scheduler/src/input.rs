@@ -46,6 +46,15 @@ pub struct SchedulerInput {
     /// placed only on those clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutPlacement>,
+    /// Preemptors of earlier `Preempt` decisions that have not started yet, each with the
+    /// cluster it preempted on (`expectedStart`: when its victims' grace ends). The caller
+    /// keeps one from the decision until the preemptor is assigned or leaves. The capacity
+    /// its victims free stays held for it after they are gone, until it starts: without
+    /// this, the first workload decided after the victims leave takes their GPUs, and the
+    /// preemptor reclaims again (see `reclaim`). Empty keeps the hold only while victims
+    /// are still leaving.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptors: Vec<Reservation>,
 }
 
 /// A member cluster as the scheduler needs it: where it is, whether it takes work, and what
@@ -110,6 +119,12 @@ pub struct RunningWorkload {
 fn yes() -> bool {
     true
 }
+
+/// A carried preemptor (`SchedulerInput::preemptors`) that has not started this long after
+/// its victims' grace ended has given up its hold (its capacity went elsewhere, or it no
+/// longer fits there): it competes like any other pending workload and may reclaim again.
+/// Callers may drop such entries.
+pub const PREEMPTOR_HOLD_GIVE_UP_SECONDS: i64 = 600;
 
 /// A hold on one cluster for a big gang that waited too long; see `reservation`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -358,7 +373,7 @@ impl SchedulerInput {
                 });
             }
         }
-        for r in &self.reservations {
+        for r in self.reservations.iter().chain(&self.preemptors) {
             if !clusters.contains(r.cluster.as_str()) {
                 return Err(InputError::UnknownCluster {
                     workload: r.uid.clone(),
@@ -430,6 +445,7 @@ mod tests {
             preemption_budget: PreemptionBudget::per_minute(10),
             quota_overrides: Vec::new(),
             rollout: None,
+            preemptors: Vec::new(),
         };
         assert!(matches!(
             input.validate(),

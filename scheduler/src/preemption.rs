@@ -248,12 +248,12 @@ impl Cycle<'_> {
         }
         let order = self.within_guarantees(s, q, &cands);
         let grouped = self.node_order(&cands);
-        let cheapest = self.plan_from(ci, s, &order);
+        let cheapest = self.plan_from(ci, s, &order, &[]);
         if grouped == cands {
             return cheapest;
         }
         let by_node = self.within_guarantees(s, q, &grouped);
-        match (cheapest, self.plan_from(ci, s, &by_node)) {
+        match (cheapest, self.plan_from(ci, s, &by_node, &[])) {
             (Some(a), Some(b)) => Some(if cost_key(&b.cost) < cost_key(&a.cost) {
                 b
             } else {
@@ -263,17 +263,24 @@ impl Cycle<'_> {
         }
     }
 
-    /// A plan taking the shortest prefix of `order` that frees enough, minimised and proved.
-    pub(super) fn plan_from(&self, ci: usize, s: usize, order: &[u32]) -> Option<Plan> {
+    /// A plan taking the shortest prefix of `order` that frees enough, minimised and proved,
+    /// leaving the preemptor holds `holds` their room.
+    pub(super) fn plan_from(
+        &self,
+        ci: usize,
+        s: usize,
+        order: &[u32],
+        holds: &[usize],
+    ) -> Option<Plan> {
         // Evicting everything would not do.
-        if order.is_empty() || !self.fits_without(ci, s, order) {
+        if order.is_empty() || !self.fits_beside_holds(ci, s, order, holds) {
             return None;
         }
         // Shortest prefix that frees enough.
         let (mut lo, mut hi) = (1usize, order.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.fits_without(ci, s, &order[..mid]) {
+            if self.fits_beside_holds(ci, s, &order[..mid], holds) {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -288,12 +295,12 @@ impl Cycle<'_> {
             checks += 1;
             let mut without = victims.clone();
             without.remove(i);
-            if self.fits_without(ci, s, &without) {
+            if self.fits_beside_holds(ci, s, &without, holds) {
                 victims = without;
             }
         }
         // The proof: with exactly these victims gone, the preemptor fits.
-        if !self.fits_without(ci, s, &victims) {
+        if !self.fits_beside_holds(ci, s, &victims, holds) {
             return None;
         }
         Some(self.plan_of(ci, victims))
@@ -337,13 +344,18 @@ impl Cycle<'_> {
             let r = &mut self.running[ri as usize];
             r.terminating = true;
             victims.push(r.uid.as_str().into());
+            self.uncharge_victim(ri);
         }
         self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
         self.admit(idx, q);
-        self.charge_side(idx, plan.cluster);
+        self.charge_side_once(idx, plan.cluster);
         let start = plus_secs(self.now, plan.grace_seconds);
         self.release_hold(idx);
         self.add_hold(HoldKind::Preemption, idx, plan.cluster, start);
+        // The hold keeps what the victims free for the preemptor, and only that.
+        if let Some(&h) = self.own_hold.get(&idx) {
+            self.holds[h].returning = plan.victims.clone();
+        }
         let preemptor = uid_of(&self.input.pending[idx as usize].workload).to_owned();
         self.decisions.push(Decision::Preempt {
             preemptor: preemptor.into(),

@@ -15,16 +15,28 @@
 //! In both, victims are whole workloads in ONE member cluster, in the cheapest order of
 //! [`Cycle::reclaim_order`]: the one place victim ordering for reclaim is decided, kept
 //! apart so that it can learn which nodes workloads occupy without touching the rest.
+//!
+//! **Preemptor holds.** A preemptor waits out its victims' grace; what they free is its
+//! own until it starts, not only while they leave: the caller carries the preemptor
+//! (`SchedulerInput::preemptors`) after its victims are gone, or the first workload decided
+//! after they leave (a training restart of a queue ordered first) takes the GPUs and the
+//! preemptor reclaims again, a thrash of 300 s notices. A hold keeps exactly the room its
+//! holder needs with its victims gone: other work, and other reclaims, may use the rest
+//! of the cluster, so several reclaims run side by side in one cluster. Work of a higher
+//! class than the holder's may still take it (it could preempt the holder anyway).
 
 use chrono::{DateTime, Utc};
 use tideway_api::{Preemptibility, PreemptionScope, ReclaimOrder};
 
-use super::cycle::{Cycle, may_preempt};
+use super::capacity::PoolState;
+use super::cycle::{ClusterFit, Cycle, HoldKind, may_preempt};
 use super::decision::VictimTier;
 use super::hash::DetMap;
+use super::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS;
 use super::input::QuotaOverride;
 use super::preemption::{Plan, keep_cheaper};
 use super::quota::QuotaBook;
+use super::routing::fit_in_pools;
 use super::tidal::FleetSide;
 
 /// One side's guarantee for one flavor within some regions, and its usage this cycle.
@@ -119,6 +131,227 @@ impl SideBook {
 }
 
 impl Cycle<'_> {
+    /// Holds for preemptors that have not started: those whose victims are still leaving
+    /// (`preempting_for`) and those the caller carries (`input.preemptors`). Each holds the
+    /// room its shape needs once its victims are gone, and counts for its side (its
+    /// victims no longer do; see `load_running`).
+    pub(super) fn load_preemptor_holds(
+        &mut self,
+        cluster_ids: &DetMap<&str, usize>,
+        by_uid: &DetMap<&str, u32>,
+    ) {
+        let input = self.input;
+        let mut preempting: Vec<(u32, usize, DateTime<Utc>)> = Vec::new();
+        for r in &input.running {
+            if let (Some(for_uid), Some(&ci)) =
+                (&r.preempting_for, cluster_ids.get(r.cluster.as_str()))
+                && let Some(&idx) = by_uid.get(for_uid.as_str())
+                && !preempting.iter().any(|p| p.0 == idx)
+            {
+                preempting.push((idx, ci, self.now));
+            }
+        }
+        let give_up = chrono::Duration::seconds(PREEMPTOR_HOLD_GIVE_UP_SECONDS);
+        for p in &input.preemptors {
+            if let (Some(&idx), Some(&ci)) = (
+                by_uid.get(p.uid.as_str()),
+                cluster_ids.get(p.cluster.as_str()),
+            ) && p.expected_start + give_up > self.now
+                && !preempting.iter().any(|x| x.0 == idx)
+            {
+                preempting.push((idx, ci, p.expected_start));
+            }
+        }
+        for (idx, ci, start) in preempting {
+            let s = self.shape_of[idx as usize] as usize;
+            if self.own_hold.contains_key(&idx) || !self.shapes[s].candidates.contains(&ci) {
+                continue;
+            }
+            let uid = super::input::uid_of(&input.pending[idx as usize].workload);
+            let victims: Vec<u32> = self.on_cluster[ci]
+                .iter()
+                .copied()
+                .filter(|&ri| input.running[ri as usize].preempting_for.as_deref() == Some(uid))
+                .collect();
+            self.add_hold(HoldKind::Preemption, idx, ci, start.max(self.now));
+            if let Some(&h) = self.own_hold.get(&idx) {
+                self.holds[h].returning = victims;
+            }
+            self.charge_side(idx, ci);
+        }
+    }
+
+    /// Running workload `ri`, now a victim, no longer counts for its side (as at load).
+    pub fn uncharge_victim(&mut self, ri: u32) {
+        let Some(&(side, Some(ci))) = self.sides.runs.get(ri as usize) else {
+            return;
+        };
+        let region = &self.clusters[ci].region;
+        for e in &mut self.sides.entries {
+            if e.side == side && e.covers(region) {
+                for (f, n) in &self.running[ri as usize].gpus {
+                    if *f == e.flavor {
+                        e.used = e.used.saturating_sub(*n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts `idx` placed on `ci` against its side, unless its preemptor hold already
+    /// counts it.
+    pub fn charge_side_once(&mut self, idx: u32, ci: usize) {
+        let held = self
+            .own_hold
+            .get(&idx)
+            .is_some_and(|&h| self.holds[h].kind == HoldKind::Preemption);
+        if !held {
+            self.charge_side(idx, ci);
+        }
+    }
+
+    /// The preemptor holds on `ci` that keep their room from workload `idx` (base class
+    /// value `base`): active, another holder, sharing a flavor with shape `s`, of a class
+    /// not lower than `idx`'s.
+    pub fn preemptor_holds_against(&self, ci: usize, idx: u32, s: usize, base: i32) -> Vec<usize> {
+        self.holds_on[ci]
+            .iter()
+            .copied()
+            .filter(|&h| {
+                let hold = &self.holds[h];
+                hold.active
+                    && hold.kind == HoldKind::Preemption
+                    && hold.holder != idx
+                    && hold.holder_base >= base
+                    && self.shapes[s].flavors().any(|f| hold.flavors.contains(&f))
+            })
+            .collect()
+    }
+
+    /// Whether every holder in `holds` still fits in `pools` (capacity actually free, only
+    /// taken from, never returned to: a pool's take is exact only on reported capacity).
+    /// Holders whose victims are gone take their fit out of `pools`; a holder whose victims
+    /// are still leaving keeps their GPUs (they are not in `pools`) and must fit once they
+    /// are back.
+    fn holders_fit(&self, mut pools: Vec<PoolState>, holds: &[usize]) -> bool {
+        for &h in holds {
+            if self.holds[h].returning.is_empty() {
+                let holder = self.shape_of[self.holds[h].holder as usize] as usize;
+                if !self.take_fit(&mut pools, holder) {
+                    return false;
+                }
+            }
+        }
+        holds.iter().all(|&h| {
+            let hold = &self.holds[h];
+            if hold.returning.is_empty() {
+                return true;
+            }
+            let mut back = pools.clone();
+            self.return_into(&mut back, &hold.returning);
+            let holder = self.shape_of[hold.holder as usize] as usize;
+            fit_in_pools(&back, &self.shapes[holder], &self.book.flavors).is_some()
+        })
+    }
+
+    /// Takes a fit of shape `s` out of `pools`; false when it does not fit.
+    fn take_fit(&self, pools: &mut [PoolState], s: usize) -> bool {
+        let shape = &self.shapes[s];
+        let Some(fit) = fit_in_pools(pools, shape, &self.book.flavors) else {
+            return false;
+        };
+        self.take_placed(pools, s, &fit)
+    }
+
+    /// Takes shape `s`, placed as `fit` says, out of `pools`; false when it does not fit.
+    fn take_placed(&self, pools: &mut [PoolState], s: usize, fit: &ClusterFit) -> bool {
+        for (n, (pi, choice)) in fit.choices.iter().enumerate() {
+            let need = &self.shapes[s].needs[n].1;
+            if pools
+                .get_mut(*pi)
+                .and_then(|p| p.take(need, *choice))
+                .is_none()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether placing shape `s` on `ci` as `fit` says leaves the preemptor holds `holds`
+    /// their room.
+    pub fn leaves_preemptors_room(
+        &self,
+        ci: usize,
+        s: usize,
+        fit: &ClusterFit,
+        holds: &[usize],
+    ) -> bool {
+        let mut pools = self.clusters[ci].pools.clone();
+        self.take_placed(&mut pools, s, fit) && self.holders_fit(pools, holds)
+    }
+
+    /// Whether shape `s` fits on `ci` with `victims` gone, beside the preemptor holds
+    /// `holds`: holders whose victims are gone keep their fit of what is free, holders
+    /// whose victims are leaving keep those victims' GPUs.
+    pub(super) fn fits_beside_holds(
+        &self,
+        ci: usize,
+        s: usize,
+        victims: &[u32],
+        holds: &[usize],
+    ) -> bool {
+        if holds.is_empty() {
+            return self.fits_without(ci, s, victims);
+        }
+        let mut pools = self.clusters[ci].pools.clone();
+        for &h in holds {
+            if self.holds[h].returning.is_empty() {
+                let holder = self.shape_of[self.holds[h].holder as usize] as usize;
+                // A holder that no longer fits has no room to keep.
+                let _ = self.take_fit(&mut pools, holder);
+            }
+        }
+        self.return_into(&mut pools, victims);
+        fit_in_pools(&pools, &self.shapes[s], &self.book.flavors).is_some()
+    }
+
+    /// The preemptor hold on `ci` that keeps workload `idx` off it, if any: placed as `fit`
+    /// says, `idx` must leave every holder of a class not lower than its own the room it
+    /// waits for. Without a fit (planning a preemption), any such hold keeps it off.
+    pub fn blocking_preemptors(
+        &mut self,
+        ci: usize,
+        idx: u32,
+        s: usize,
+        fit: Option<&ClusterFit>,
+    ) -> Option<usize> {
+        if self.holds_on[ci].is_empty() {
+            return None;
+        }
+        let w = &self.input.pending[idx as usize].workload;
+        let base = self.prio.class(&w.spec.priority_class).value;
+        let holds = self.preemptor_holds_against(ci, idx, s, base);
+        let first = *holds.first()?;
+        let Some(fit) = fit else {
+            return Some(first);
+        };
+        if holds
+            .iter()
+            .any(|&h| self.holds[h].no_room.contains(&(s as u32)))
+        {
+            return Some(first);
+        }
+        if self.leaves_preemptors_room(ci, s, fit, &holds) {
+            return None;
+        }
+        // Capacity only shrinks within a cycle: the answer holds for this shape.
+        for &h in &holds {
+            self.holds[h].no_room.push(s as u32);
+        }
+        Some(first)
+    }
+
     /// Counts pending workload `idx`, placed on `ci`, against its side.
     pub fn charge_side(&mut self, idx: u32, ci: usize) {
         if self.sides.entries.is_empty() {
@@ -188,19 +421,30 @@ impl Cycle<'_> {
         }
         let w = &self.input.pending[idx as usize].workload;
         let side = FleetSide::of_class(w.spec.class);
+        let base = self.prio.class(&w.spec.priority_class).value;
         let s = self.shape_of[idx as usize] as usize;
         let effective = self.ranks[idx as usize].effective;
         let runtime = self.pending_estimate(idx);
+        // A preemptor that reclaims again already counts for its side (its hold).
+        let own_hold = self
+            .own_hold
+            .get(&idx)
+            .filter(|&&h| self.holds[h].kind == HoldKind::Preemption)
+            .map(|&h| self.holds[h].cluster);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
+            // Reservations keep reclaims off; other preemptors' holds do not: the plan
+            // leaves them their room (several reclaims run side by side in a cluster).
             if self
-                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .blocking_reservation(ci, idx, s, effective, runtime, None)
                 .is_some()
             {
                 continue;
             }
+            let holds = self.preemptor_holds_against(ci, idx, s, base);
             let region = self.clusters[ci].region.as_str();
+            let counted = own_hold.is_some_and(|hc| self.clusters[hc].region == region);
             let mine: Vec<&SideEntry> = self
                 .sides
                 .entries
@@ -219,7 +463,12 @@ impl Cycle<'_> {
                         .filter(|(f, _)| *f == e.flavor)
                         .map(|(_, n)| *n)
                         .sum::<u64>();
-                    e.used.saturating_add(ask) <= e.guarantee_at(self.now)
+                    let used = if counted {
+                        e.used.saturating_sub(ask)
+                    } else {
+                        e.used
+                    };
+                    used.saturating_add(ask) <= e.guarantee_at(self.now)
                 });
             if !within {
                 continue;
@@ -266,7 +515,7 @@ impl Cycle<'_> {
                 }
                 victims.push(ri);
             }
-            let Some(mut plan) = self.plan_from(ci, s, &victims) else {
+            let Some(mut plan) = self.plan_from(ci, s, &victims, &holds) else {
                 continue;
             };
             if let Some(g) = grace {

@@ -298,17 +298,35 @@ impl Cycle<'_> {
         runtime: u64,
         fit: Option<&ClusterFit>,
     ) -> Option<usize> {
+        if let Some(h) = self.blocking_reservation(ci, idx, s, effective, runtime, fit) {
+            return Some(h);
+        }
+        self.blocking_preemptors(ci, idx, s, fit)
+    }
+
+    /// The reservation on `ci` that keeps workload `idx` off it, if any (see
+    /// `blocking_hold`); preemptor holds are not looked at.
+    pub fn blocking_reservation(
+        &mut self,
+        ci: usize,
+        idx: u32,
+        s: usize,
+        effective: i64,
+        runtime: u64,
+        fit: Option<&ClusterFit>,
+    ) -> Option<usize> {
         for i in 0..self.holds_on[ci].len() {
             let h = self.holds_on[ci][i];
             let hold = &self.holds[h];
-            if !hold.active || hold.holder == idx || effective > hold.holder_effective {
+            if !hold.active
+                || hold.kind != HoldKind::Reservation
+                || hold.holder == idx
+                || effective > hold.holder_effective
+            {
                 continue;
             }
             if !self.shapes[s].flavors().any(|f| hold.flavors.contains(&f)) {
                 continue;
-            }
-            if hold.kind != HoldKind::Reservation {
-                return Some(h);
             }
             if super::cycle::plus_secs(self.now, runtime) <= hold.expected_start {
                 continue;

@@ -126,6 +126,7 @@ impl SchedState {
                 preemption_budget: PreemptionBudget::per_minute(sched.max_preemptions_per_minute),
                 quota_overrides: Vec::new(),
                 rollout: None,
+                preemptors: Vec::new(),
             },
             exact,
             reservations: Vec::new(),
@@ -590,6 +591,13 @@ impl Engine {
         st.cycle += 1;
         st.input.seed = mix(st.seed ^ st.input.settings.tie_break_seed, st.cycle);
         st.input.reservations = st.reservations.clone();
+        // Preemptors keep their hold until they start (removed on `Assign`) or give up.
+        let give_up =
+            chrono::Duration::seconds(tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS);
+        let at = to_utc(now);
+        st.input
+            .preemptors
+            .retain(|p| p.expected_start + give_up > at);
         st.input.preemption_budget = st.budget(now);
 
         let t0 = RealClock.instant();
@@ -666,6 +674,9 @@ impl Engine {
                     ) else {
                         continue;
                     };
+                    if let Some(st) = self.sched_mut() {
+                        st.input.preemptors.retain(|p| p.uid != uid.as_str());
+                    }
                     if self.assign(j, c, pool, placements.len() <= 1) {
                         touched.insert(c);
                         assigned += 1;
@@ -674,11 +685,23 @@ impl Engine {
                 Decision::Preempt {
                     preemptor,
                     victims,
+                    cluster,
                     grace_seconds,
                     ..
                 } => {
                     if let Some(st) = self.sched_mut() {
                         st.stats.preemption_decisions += 1;
+                        let created_at = to_utc(now);
+                        st.input.preemptors.retain(|p| p.uid != preemptor.as_str());
+                        st.input.preemptors.push(Reservation {
+                            uid: preemptor.as_str().to_owned(),
+                            cluster: cluster.as_str().to_owned(),
+                            expected_start: created_at
+                                + chrono::Duration::seconds(
+                                    i64::try_from(grace_seconds).unwrap_or(i64::MAX / 2),
+                                ),
+                            created_at,
+                        });
                     }
                     if let Some(j) = self.jobs().id(preemptor.as_str()) {
                         self.set_reason(j, metrics::WAITING_FOR_PREEMPTION);

@@ -181,6 +181,8 @@ pub fn build_input(
             .collect(),
         preemption_budget,
         quota_overrides,
+        // Not carried by the leader yet: a preemptor's hold lasts while its victims leave.
+        preemptors: Vec::new(),
         settings,
         rollout,
     };

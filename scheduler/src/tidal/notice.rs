@@ -41,8 +41,11 @@ impl Cycle<'_> {
                 let Some(&(side, Some(ci))) = self.sides.runs.get(ri) else {
                     continue;
                 };
+                // Work already being reclaimed has its notice (the preemption's grace) and
+                // no longer counts for its side.
                 if side != e.side
                     || taken[ri]
+                    || r.terminating
                     || !e.covers(&self.clusters[ci].region)
                     || (r.tier != VictimTier::NotStarted && !r.checkpointable)
                 {
@@ -54,15 +57,8 @@ impl Cycle<'_> {
                     .filter(|(f, _)| *f == e.flavor)
                     .map(|(_, n)| *n)
                     .sum();
-                // Work already being reclaimed has its notice (the preemption's grace):
-                // it counts first, like work not started.
-                let tier = if r.terminating {
-                    VictimTier::NotStarted
-                } else {
-                    r.tier
-                };
                 if gpus > 0 {
-                    cands.push((tier, r.work_lost_seconds, r.base, ri, gpus));
+                    cands.push((r.tier, r.work_lost_seconds, r.base, ri, gpus));
                 }
             }
             cands.sort_unstable();

@@ -76,6 +76,8 @@ pub struct Fleet {
     pub pending: Vec<PendingWorkload>,
     pub running: Vec<Running>,
     pub reservations: Vec<Reservation>,
+    /// Preemptors not started yet, carried like the simulator carries them.
+    pub preemptors: Vec<Reservation>,
     pub overrides: Vec<tideway_scheduler::input::QuotaOverride>,
     pub seq: u64,
     pub seed: u64,
@@ -282,6 +284,7 @@ impl Fleet {
             pending: Vec::new(),
             running: Vec::new(),
             reservations: Vec::new(),
+            preemptors: Vec::new(),
             overrides: Vec::new(),
             seq: 0,
             seed: 7,
@@ -331,6 +334,7 @@ impl Fleet {
             preemption_budget: self.budget,
             quota_overrides: self.overrides.clone(),
             rollout: None,
+            preemptors: self.preemptors.clone(),
         }
     }
 
@@ -540,14 +544,24 @@ impl Fleet {
                         ends_at,
                         evict_at: None,
                     });
+                    self.preemptors.retain(|p| p.uid != uid.as_str());
                     assigned.push(uid.to_string());
                 }
                 Decision::Preempt {
                     preemptor,
                     victims,
+                    cluster,
                     grace_seconds,
                     ..
                 } => {
+                    // Like the simulator: the preemptor keeps what its victims free.
+                    self.preemptors.retain(|p| p.uid != preemptor.as_str());
+                    self.preemptors.push(Reservation {
+                        uid: preemptor.to_string(),
+                        cluster: cluster.to_string(),
+                        expected_start: self.now + Duration::seconds(*grace_seconds as i64),
+                        created_at: self.now,
+                    });
                     for v in victims {
                         let r = self
                             .running
