@@ -4,6 +4,9 @@
 //! so every node that applies the same log holds the same bytes.
 
 pub mod access;
+pub mod assignments;
+#[cfg(test)]
+mod assignments_tests;
 pub mod audit;
 pub mod bootstrap;
 pub mod checkpoints;
@@ -58,8 +61,9 @@ pub struct FederationState {
     pub priority_classes: BTreeMap<String, PriorityClass>,
     /// Member clusters by name.
     pub members: members::Members,
-    /// Assignments by member cluster, then by workload UID.
-    pub assignments: BTreeMap<String, BTreeMap<String, tideway_api::agent::AssignmentRecord>>,
+    /// Assignments by member cluster, then by workload UID, with the revision journal the
+    /// agents' long-polls read (see [`assignments`]).
+    pub assignments: assignments::Assignments,
     /// Reservations, placements and preemptions of the scheduler.
     #[serde(default)]
     pub scheduling: scheduling::SchedulingState,
@@ -109,7 +113,7 @@ impl Default for FederationState {
             queues,
             priority_classes,
             members: BTreeMap::new(),
-            assignments: BTreeMap::new(),
+            assignments: Default::default(),
             scheduling: Default::default(),
             tidal: Default::default(),
             clock: None,
