@@ -20,7 +20,7 @@ use super::scheduling::{CycleDecisions, PreemptDecision};
 const CLUSTERS: [&str; 2] = ["a", "b"];
 const WORKLOADS: u8 = 6;
 
-fn t(s: i64) -> DateTime<Utc> {
+pub(crate) fn t(s: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + s, 0)
         .single()
         .expect("time")
@@ -31,7 +31,7 @@ fn cluster(c: u8) -> String {
 }
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(crate) enum Op {
     Register(u8),
     Submit(u8),
     Assign(u8, u8),
@@ -48,7 +48,7 @@ enum Op {
     Restore,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let w = 0..WORKLOADS;
     let c = 0u8..2;
     prop_oneof![
@@ -78,7 +78,7 @@ fn uid(s: &FederationState, w: u8) -> String {
         .unwrap_or_else(|| format!("u{w}"))
 }
 
-fn command(s: &FederationState, op: &Op, index: u64) -> Option<Command> {
+pub(crate) fn command(s: &FederationState, op: &Op, index: u64) -> Option<Command> {
     let at = t(index as i64);
     Some(match op {
         Op::Register(c) => Command::RegisterMember {

@@ -6,7 +6,7 @@
 pub mod access;
 pub mod assignments;
 #[cfg(test)]
-mod assignments_tests;
+pub(crate) mod assignments_tests;
 pub mod audit;
 pub mod bootstrap;
 pub mod checkpoints;
@@ -19,6 +19,7 @@ pub mod scheduling;
 pub mod tidal;
 pub mod usage;
 pub mod webhooks;
+pub mod workloads;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,8 +48,8 @@ pub struct IdempotencyRecord {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FederationState {
-    /// Workloads by name.
-    pub workloads: BTreeMap<String, Workload>,
+    /// Workloads by name (read as a map; changes are journaled for the cycle's copy).
+    pub workloads: workloads::Workloads,
     /// Submission order: sequence number to workload name; the stable order of listings.
     pub order: BTreeMap<u64, String>,
     pub next_seq: u64,
@@ -104,7 +105,7 @@ impl Default for FederationState {
             priority_classes.insert(pc.metadata.name.clone(), pc);
         }
         Self {
-            workloads: BTreeMap::new(),
+            workloads: Default::default(),
             order: BTreeMap::new(),
             next_seq: 1,
             idempotency: BTreeMap::new(),
