@@ -17,6 +17,8 @@ pub mod liveness;
 pub mod recovery;
 pub mod retention;
 pub mod rollout;
+#[cfg(test)]
+mod scale_tests;
 pub mod tidal;
 pub mod webhooks;
 
