@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tideway_api::Workload;
 
-/// Journal entries kept beyond twice the workloads before the journal is cleared (readers
-/// behind it then copy the whole backlog once), so its memory stays O(workloads).
+/// Journal entries kept beyond one per workload before the journal is cleared (a reader that
+/// far behind would copy about as much by following it as by copying the whole backlog, which
+/// it then does once), so its memory stays O(workloads) on followers, which never read it.
 const SLACK: usize = 4096;
 
 /// Identities of journals, so a cursor from one never reads another.
@@ -127,7 +128,7 @@ impl Workloads {
 
     fn note(&mut self, name: &str) {
         self.journal.names.push(name.to_string());
-        if self.journal.names.len() > 2 * self.map.len() + SLACK {
+        if self.journal.names.len() > self.map.len() + SLACK {
             self.journal.start += self.journal.names.len() as u64;
             self.journal.names.clear();
         }
