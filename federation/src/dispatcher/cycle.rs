@@ -5,14 +5,15 @@
 //! `SchedulerOutput` → `ApplyCycle`. The last output is kept in memory on the leader; it is
 //! what `explain` answers from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Duration, Utc};
-use tideway_api::WorkloadPhase;
+use tideway_api::Workload;
 use tideway_api::agent::Desired;
 
 use super::DispatchConfig;
+use super::backlog::Backlog;
 use super::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::propose::Proposer;
@@ -45,13 +46,36 @@ pub struct LastCycle {
 
 pub type LastCycleSlot = Arc<RwLock<Option<Arc<LastCycle>>>>;
 
-/// The scheduler's view of the replicated state at `now`.
+/// The scheduler's view of the replicated state at `now` (the whole backlog copied: for
+/// one-off inputs; the leader's loop keeps a [`Backlog`] and uses [`capture`]).
 pub fn build_input(
     state: &FederationState,
     latest: impl Fn(&str) -> Option<tideway_api::digest::CapacityDigest>,
     now: DateTime<Utc>,
     cycle: u64,
 ) -> SchedulerInput {
+    let backlog = Backlog::of(state);
+    capture(state, &backlog, latest, now, cycle).finish(&backlog)
+}
+
+/// What a cycle reads from the replicated state under its lock besides the backlog copy:
+/// bounded by the members, the running work and the policy, not by the backlog.
+pub struct Captured {
+    input: SchedulerInput,
+    /// Pending preemptors that sit out this cycle (see [`capture`]).
+    sitting_out: HashSet<String>,
+}
+
+/// Reads what the cycle needs from `state` (under the state lock); `backlog` must have been
+/// refreshed from the same state. The pending workloads are added by [`Captured::finish`],
+/// after the lock is released.
+pub fn capture(
+    state: &FederationState,
+    backlog: &Backlog,
+    latest: impl Fn(&str) -> Option<tideway_api::digest::CapacityDigest>,
+    now: DateTime<Utc>,
+    cycle: u64,
+) -> Captured {
     let settings = state.tidal.settings();
     let mut clusters = Vec::new();
     let mut digest_at = BTreeMap::new();
@@ -72,77 +96,64 @@ pub fn build_input(
             declared_levels: Some(rec.cluster.spec.topology_levels.clone()),
         });
     }
-    let mut pending = Vec::new();
+    // A preemptor whose victims have left, before the member's digest shows it: the
+    // capacity is free but looks used, so it sits out this cycle instead of having a second
+    // set of victims preempted for it.
+    let sitting_out = state
+        .scheduling
+        .settling
+        .iter()
+        .filter(|(_, s)| {
+            digest_at
+                .get(s.cluster.as_str())
+                .is_some_and(|d| *d < s.left_at)
+                && s.left_at + Duration::seconds(crate::state::scheduling::SETTLING_LIMIT_SECS)
+                    > now
+        })
+        .map(|(uid, _)| uid.clone())
+        .collect();
     let mut running = Vec::new();
-    for (seq, name) in &state.order {
-        let Some(w) = state.workloads.get(name) else {
+    for w in backlog.active.values() {
+        let Some(st) = &w.status else { continue };
+        let Some(cluster) = st.cluster.clone() else {
             continue;
         };
-        let Some(st) = &w.status else { continue };
-        match st.phase {
-            // A preemptor whose victims have left, before the member's digest shows it: the
-            // capacity is free but looks used, so it sits out this cycle instead of having a
-            // second set of victims preempted for it.
-            WorkloadPhase::Pending
-                if w.metadata.uid.as_ref().is_some_and(|uid| {
-                    state.scheduling.settling.get(uid).is_some_and(|s| {
-                        digest_at
-                            .get(s.cluster.as_str())
-                            .is_some_and(|d| *d < s.left_at)
-                            && s.left_at
-                                + Duration::seconds(crate::state::scheduling::SETTLING_LIMIT_SECS)
-                                > now
-                    })
-                }) => {}
-            WorkloadPhase::Pending => pending.push(PendingWorkload {
-                workload: w.clone(),
-                submitted_at: st.submitted_at.unwrap_or(now),
-                seq: *seq,
-            }),
-            WorkloadPhase::Assigned | WorkloadPhase::Running => {
-                let Some(cluster) = st.cluster.clone() else {
-                    continue;
-                };
-                let uid = w.metadata.uid.clone().unwrap_or_default();
-                let rec = state.assignments.get(&cluster).and_then(|m| m.get(&uid));
-                let admitted_at = st.admitted_at.unwrap_or(now);
-                running.push(RunningWorkload {
-                    workload: w.clone(),
-                    pool: rec
-                        .and_then(|r| r.assignment.pool.clone())
-                        .unwrap_or_default(),
-                    placements: state
-                        .scheduling
-                        .placements
-                        .get(&uid)
-                        .map(|ps| ps.iter().map(Into::into).collect())
-                        .unwrap_or_default(),
-                    started_at: st.started_at,
-                    admitted_at,
-                    last_checkpoint_at: w
-                        .spec
-                        .checkpoint
-                        .as_ref()
-                        .and_then(|c| c.last_checkpoint_at),
-                    preemptible_after: st
-                        .started_at
-                        .map(|s| s + Duration::seconds(MIN_RUNTIME_BEFORE_PREEMPTION_SECS)),
-                    // Its pods are in the digest only if the digest was taken after they
-                    // started (both times come from the member's clock). Until then the
-                    // scheduler takes its GPUs itself: at worst counted twice for a moment,
-                    // never booked twice.
-                    accounted_in_digest: st
-                        .started_at
-                        .zip(digest_at.get(&cluster))
-                        .is_some_and(|(s, d)| s <= *d),
-                    preempting_for: rec
-                        .filter(|r| matches!(r.desired, Desired::Preempt { .. }))
-                        .and_then(|_| state.scheduling.preempting.get(&uid).cloned()),
-                    cluster,
-                });
-            }
-            _ => {}
-        }
+        let uid = w.metadata.uid.clone().unwrap_or_default();
+        let rec = state.assignments.record(&cluster, &uid);
+        let admitted_at = st.admitted_at.unwrap_or(now);
+        running.push(RunningWorkload {
+            workload: Workload::clone(w),
+            pool: rec
+                .and_then(|r| r.assignment.pool.clone())
+                .unwrap_or_default(),
+            placements: state
+                .scheduling
+                .placements
+                .get(&uid)
+                .map(|ps| ps.iter().map(Into::into).collect())
+                .unwrap_or_default(),
+            started_at: st.started_at,
+            admitted_at,
+            last_checkpoint_at: w
+                .spec
+                .checkpoint
+                .as_ref()
+                .and_then(|c| c.last_checkpoint_at),
+            preemptible_after: st
+                .started_at
+                .map(|s| s + Duration::seconds(MIN_RUNTIME_BEFORE_PREEMPTION_SECS)),
+            // Its pods are in the digest only if the digest was taken after they started
+            // (both times come from the member's clock). Until then the scheduler takes its
+            // GPUs itself: at worst counted twice for a moment, never booked twice.
+            accounted_in_digest: st
+                .started_at
+                .zip(digest_at.get(&cluster))
+                .is_some_and(|(s, d)| s <= *d),
+            preempting_for: rec
+                .filter(|r| matches!(r.desired, Desired::Preempt { .. }))
+                .and_then(|_| state.scheduling.preempting.get(&uid).cloned()),
+            cluster,
+        });
     }
     let window = Duration::seconds(60);
     let recent: Vec<_> = state
@@ -164,14 +175,14 @@ pub fn build_input(
         .rollout
         .as_ref()
         .and_then(|r| tideway_scheduler::rollout::placement(&r.scope, &queues, r.candidate));
-    let mut input = SchedulerInput {
+    let input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
         tuning: SchedulerTuning::default(),
         queues,
         priority_classes: state.priority_classes.values().cloned().collect(),
         clusters,
-        pending,
+        pending: Vec::new(),
         running,
         reservations: state
             .scheduling
@@ -186,8 +197,46 @@ pub fn build_input(
         settings,
         rollout,
     };
-    super::estimates::fill(&mut input, &super::estimates::learned(state));
-    input
+    Captured { input, sitting_out }
+}
+
+impl Captured {
+    /// The input, with the pending workloads of `backlog` (the copy `capture` read with) and
+    /// the run-time estimates learned from its completions: the backlog-sized work, done
+    /// without the state lock.
+    pub fn finish(self, backlog: &Backlog) -> SchedulerInput {
+        let Captured {
+            mut input,
+            sitting_out,
+        } = self;
+        let now = input.now;
+        input.pending = backlog
+            .pending
+            .iter()
+            .filter(|(_, w)| {
+                w.metadata
+                    .uid
+                    .as_ref()
+                    .is_none_or(|uid| !sitting_out.contains(uid))
+            })
+            .map(|(seq, w)| PendingWorkload {
+                workload: Workload::clone(w),
+                submitted_at: w
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.submitted_at)
+                    .unwrap_or(now),
+                seq: *seq,
+            })
+            .collect();
+        let done = backlog
+            .succeeded
+            .iter()
+            .map(|(seq, c)| (c.finished_at, *seq, &*c.workload, c.seconds))
+            .collect();
+        super::estimates::fill(&mut input, &super::estimates::learned_from(done));
+        input
+    }
 }
 
 /// The log entry for a cycle's output: only what changes the state.
@@ -285,6 +334,7 @@ pub async fn schedule_loop(
     let clock = live.clock().clone();
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
+    let mut backlog = Backlog::default();
     loop {
         tokio::time::sleep(pause).await;
         pause = cfg.cycle_interval;
@@ -293,7 +343,8 @@ pub async fn schedule_loop(
         }
         cycle += 1;
         let now = clock.now();
-        let (input, version) = {
+        let locked = clock.instant();
+        let (captured, version, copied) = {
             let Ok(d) = data.read() else { continue };
             // Without a Ready member nothing can be placed or preempted: skip the cycle
             // rather than copy the whole backlog to learn that.
@@ -306,11 +357,24 @@ pub async fn schedule_loop(
             if !any_ready {
                 continue;
             }
+            // Only the workloads changed since the last cycle are copied here; the backlog
+            // itself is read after the lock is released.
+            let copied = backlog.refresh(&d.state);
             (
-                build_input(&d.state, |n| live.latest_digest(n), now, cycle),
+                capture(&d.state, &backlog, |n| live.latest_digest(n), now, cycle),
                 d.state.policy.current(),
+                copied,
             )
         };
+        tracing::debug!(
+            held_us = clock
+                .instant()
+                .saturating_duration_since(locked)
+                .as_micros() as u64,
+            copied,
+            "cycle input read under the state lock"
+        );
+        let input = captured.finish(&backlog);
         let depth = queue_depths(&input);
         let started = clock.instant();
         let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {

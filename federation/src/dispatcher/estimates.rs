@@ -7,6 +7,7 @@
 //! same estimates from the same log. The learned estimate is written into the input's copy
 //! of a workload that has none; the stored workload is not changed.
 
+use chrono::{DateTime, Utc};
 use tideway_api::{Workload, WorkloadPhase};
 use tideway_scheduler::{RuntimeEstimator, SchedulerInput};
 
@@ -17,7 +18,7 @@ pub const MAX_LEARNED: usize = 20_000;
 
 /// The estimator over the state's succeeded workloads.
 pub fn learned(state: &FederationState) -> RuntimeEstimator {
-    let mut done: Vec<(chrono::DateTime<chrono::Utc>, u64, &Workload, u64)> = Vec::new();
+    let mut done = Vec::new();
     for (seq, name) in &state.order {
         let Some(w) = state.workloads.get(name) else {
             continue;
@@ -31,6 +32,12 @@ pub fn learned(state: &FederationState) -> RuntimeEstimator {
             done.push((end, *seq, w, secs));
         }
     }
+    learned_from(done)
+}
+
+/// The estimator over completions given as (finished at, submission sequence, workload, run
+/// seconds): the most recent [`MAX_LEARNED`], in completion order.
+pub fn learned_from(mut done: Vec<(DateTime<Utc>, u64, &Workload, u64)>) -> RuntimeEstimator {
     done.sort_unstable_by_key(|d| (d.0, d.1));
     let skip = done.len().saturating_sub(MAX_LEARNED);
     let mut est = RuntimeEstimator::default();

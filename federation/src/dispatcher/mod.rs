@@ -6,6 +6,7 @@
 //! takes over at once and a deposed one stops acting. Everything they decide is proposed as a
 //! log entry, never written around Raft.
 
+pub mod backlog;
 mod convert;
 pub mod cycle;
 #[cfg(test)]
@@ -16,6 +17,8 @@ pub mod liveness;
 pub mod recovery;
 pub mod retention;
 pub mod rollout;
+#[cfg(test)]
+mod scale_tests;
 pub mod tidal;
 pub mod webhooks;
 

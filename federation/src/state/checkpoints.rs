@@ -30,8 +30,7 @@ impl CheckpointRequest {
     pub fn takes_effect(&self, state: &FederationState) -> bool {
         state
             .assignments
-            .get(self.cluster.as_str())
-            .and_then(|m| m.get(self.uid.as_str()))
+            .record(self.cluster.as_str(), self.uid.as_str())
             .is_some_and(|rec| {
                 rec.desired == Desired::Run && rec.checkpoint_by.is_none_or(|d| d < self.deadline)
             })
@@ -52,13 +51,11 @@ impl FederationState {
             }
             let Some(rec) = self
                 .assignments
-                .get_mut(n.cluster.as_str())
-                .and_then(|m| m.get_mut(n.uid.as_str()))
+                .touch(n.cluster.as_str(), n.uid.as_str(), index)
             else {
                 continue;
             };
             rec.checkpoint_by = Some(n.deadline);
-            rec.revision = index;
             count += 1;
         }
         CommandResult::Updated { count }
@@ -136,7 +133,7 @@ mod tests {
             s.apply(4, notice("nope", t(600))),
             CommandResult::Updated { count: 0 }
         );
-        if let Some(rec) = s.assignments.get_mut("a").and_then(|m| m.get_mut("u1")) {
+        if let Some(rec) = s.assignments.record_mut_untracked("a", "u1") {
             rec.desired = Desired::Preempt { grace_seconds: 60 };
         }
         assert_eq!(

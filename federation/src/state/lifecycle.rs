@@ -88,11 +88,9 @@ impl FederationState {
         let stored = w.clone();
         if let Some(rec) = cluster
             .as_ref()
-            .and_then(|c| self.assignments.get_mut(c))
-            .and_then(|m| m.get_mut(&uid))
+            .and_then(|c| self.assignments.touch(c, &uid, index))
         {
             rec.desired = Desired::Cancel;
-            rec.revision = index;
         }
         self.scheduling.placements.remove(&uid);
         self.scheduling.preempting.remove(&uid);
@@ -135,9 +133,7 @@ impl FederationState {
             };
             if let Some(uid) = &w.metadata.uid {
                 self.uids.remove(uid);
-                for recs in self.assignments.values_mut() {
-                    recs.remove(uid);
-                }
+                self.assignments.remove_uid(uid);
                 self.scheduling.placements.remove(uid);
                 self.scheduling.preempting.remove(uid);
                 self.scheduling.settling.remove(uid);

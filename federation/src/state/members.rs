@@ -444,11 +444,10 @@ impl FederationState {
                 })
                 .unwrap_or_default();
             for uid in uids {
-                if let Some(rec) = self.assignments.get_mut(name).and_then(|m| m.get_mut(&uid)) {
+                if let Some(rec) = self.assignments.touch(name, &uid, index) {
                     rec.desired = Desired::Preempt {
                         grace_seconds: DRAIN_GRACE_SECONDS,
                     };
-                    rec.revision = index;
                 }
                 if let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get_mut(n)) {
                     if let Some(st) = w.status.as_mut() {
@@ -482,18 +481,16 @@ impl FederationState {
         }
         let mut changed = 0u32;
         for uid in uids {
-            let Some(rec) = self
-                .assignments
-                .get_mut(cluster)
-                .and_then(|m| m.get_mut(uid))
-            else {
-                continue;
-            };
-            if !(rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. })) {
+            let live = self.assignments.record(cluster, uid).is_some_and(|rec| {
+                rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. })
+            });
+            if !live {
                 continue;
             }
+            let Some(rec) = self.assignments.touch(cluster, uid, index) else {
+                continue;
+            };
             rec.desired = Desired::Cancel;
-            rec.revision = index;
             let attempt = rec.assignment.attempt;
             self.scheduling.preempting.remove(uid);
             self.scheduling.placements.remove(uid);
@@ -567,7 +564,7 @@ impl FederationState {
                 rejection: Rejection::Busy { reason: why },
             };
         }
-        self.assignments.remove(name);
+        self.assignments.remove_cluster(name);
         self.removed_members.insert(name.to_string());
         match self.members.remove(name) {
             Some(rec) => CommandResult::Created {
@@ -642,10 +639,7 @@ impl FederationState {
             desired: Desired::Run,
             checkpoint_by: None,
         };
-        self.assignments
-            .entry(cluster.to_string())
-            .or_default()
-            .insert(uid, record);
+        self.assignments.insert(cluster, &uid, record);
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(w.clone())),
         }
@@ -664,13 +658,11 @@ impl FederationState {
             if !self.status_takes_effect(cluster, &st) {
                 continue;
             }
-            let Some(rec) = self
-                .assignments
-                .get_mut(cluster)
-                .and_then(|m| m.get_mut(&st.uid))
-            else {
+            if self.assignments.record(cluster, &st.uid).is_none() {
                 continue;
-            };
+            }
+            // Whether the agent is told to stop this attempt (its record changes).
+            let mut cancel = false;
             let Some(name) = self.uids.get(&st.uid) else {
                 continue;
             };
@@ -729,14 +721,12 @@ impl FederationState {
                         status.finished_at = Some(st.since);
                         status.message = Some(format!("failed on {cluster}: {reason}"));
                     }
-                    rec.desired = Desired::Cancel;
-                    rec.revision = index;
+                    cancel = true;
                 }
                 LocalPhase::Evicted { reason } => {
                     // Evicted work (node fault, preemption) goes back to the queue.
                     requeue(status, format!("evicted from {cluster}: {reason}"));
-                    rec.desired = Desired::Cancel;
-                    rec.revision = index;
+                    cancel = true;
                 }
             }
             if status.phase != WorkloadPhase::Running && status.phase != WorkloadPhase::Assigned {
@@ -753,6 +743,9 @@ impl FederationState {
                 self.scheduling.placements.remove(&st.uid);
             }
             w.metadata.resource_version = Some(index);
+            if cancel && let Some(rec) = self.assignments.touch(cluster, &st.uid, index) {
+                rec.desired = Desired::Cancel;
+            }
             changed += 1;
         }
         CommandResult::Updated { count: changed }
@@ -763,7 +756,7 @@ impl FederationState {
     /// new. The API checks this before proposing, so a report that changes nothing writes
     /// nothing to the log; apply checks it again, in log order.
     pub fn status_takes_effect(&self, cluster: &str, st: &LocalStatus) -> bool {
-        let Some(rec) = self.assignments.get(cluster).and_then(|m| m.get(&st.uid)) else {
+        let Some(rec) = self.assignments.record(cluster, &st.uid) else {
             return false;
         };
         let live = rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. });
@@ -789,12 +782,14 @@ impl FederationState {
 
     /// Assignments of `cluster` changed after `after`, in revision order.
     pub fn assignments_after(&self, cluster: &str, after: u64) -> Vec<AssignmentRecord> {
-        let mut out: Vec<AssignmentRecord> = self
-            .assignments
-            .get(cluster)
-            .map(|m| m.values().filter(|r| r.revision > after).cloned().collect())
-            .unwrap_or_default();
-        out.sort_by_key(|r| r.revision);
+        let out = self.assignments.after(cluster, after);
+        // Every test that reads assignments also checks the journal against a scan.
+        #[cfg(test)]
+        assert_eq!(
+            out,
+            self.assignments.scan_after(cluster, after),
+            "the journal answers as a scan would"
+        );
         out
     }
 }

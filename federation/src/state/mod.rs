@@ -4,6 +4,9 @@
 //! so every node that applies the same log holds the same bytes.
 
 pub mod access;
+pub mod assignments;
+#[cfg(test)]
+pub(crate) mod assignments_tests;
 pub mod audit;
 pub mod bootstrap;
 pub mod checkpoints;
@@ -16,6 +19,7 @@ pub mod scheduling;
 pub mod tidal;
 pub mod usage;
 pub mod webhooks;
+pub mod workloads;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -44,8 +48,8 @@ pub struct IdempotencyRecord {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FederationState {
-    /// Workloads by name.
-    pub workloads: BTreeMap<String, Workload>,
+    /// Workloads by name (read as a map; changes are journaled for the cycle's copy).
+    pub workloads: workloads::Workloads,
     /// Submission order: sequence number to workload name; the stable order of listings.
     pub order: BTreeMap<u64, String>,
     pub next_seq: u64,
@@ -58,8 +62,9 @@ pub struct FederationState {
     pub priority_classes: BTreeMap<String, PriorityClass>,
     /// Member clusters by name.
     pub members: members::Members,
-    /// Assignments by member cluster, then by workload UID.
-    pub assignments: BTreeMap<String, BTreeMap<String, tideway_api::agent::AssignmentRecord>>,
+    /// Assignments by member cluster, then by workload UID, with the revision journal the
+    /// agents' long-polls read (see [`assignments`]).
+    pub assignments: assignments::Assignments,
     /// Reservations, placements and preemptions of the scheduler.
     #[serde(default)]
     pub scheduling: scheduling::SchedulingState,
@@ -100,7 +105,7 @@ impl Default for FederationState {
             priority_classes.insert(pc.metadata.name.clone(), pc);
         }
         Self {
-            workloads: BTreeMap::new(),
+            workloads: Default::default(),
             order: BTreeMap::new(),
             next_seq: 1,
             idempotency: BTreeMap::new(),
@@ -109,7 +114,7 @@ impl Default for FederationState {
             queues,
             priority_classes,
             members: BTreeMap::new(),
-            assignments: BTreeMap::new(),
+            assignments: Default::default(),
             scheduling: Default::default(),
             tidal: Default::default(),
             clock: None,

@@ -190,20 +190,22 @@ impl FederationState {
         }
         for p in d.preempt {
             for victim in &p.victims {
+                let runs = self
+                    .assignments
+                    .record(p.cluster.as_str(), victim.as_str())
+                    .is_some_and(|rec| rec.desired == Desired::Run);
+                if !runs {
+                    continue;
+                }
                 let Some(rec) = self
                     .assignments
-                    .get_mut(p.cluster.as_str())
-                    .and_then(|m| m.get_mut(victim.as_str()))
+                    .touch(p.cluster.as_str(), victim.as_str(), index)
                 else {
                     continue;
                 };
-                if rec.desired != Desired::Run {
-                    continue;
-                }
                 rec.desired = Desired::Preempt {
                     grace_seconds: p.grace_seconds,
                 };
-                rec.revision = index;
                 self.scheduling
                     .preempting
                     .insert(victim.to_string(), p.preemptor.to_string());

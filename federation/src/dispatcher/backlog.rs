@@ -1,0 +1,199 @@
+//! The scheduling cycle's own copy of the workloads it reads: pending, holding capacity
+//! (assigned or running), and succeeded (for learned run times), in submission order.
+//!
+//! The cycle used to copy the whole backlog out of the replicated state under the state
+//! lock, holding off apply for tens to hundreds of milliseconds at 10k–50k pending. This copy
+//! is owned by the loop and brought up to date under the lock from the state's journal of
+//! changed workloads ([`crate::state::workloads`]): O(changes since the last cycle), not
+//! O(backlog). The input is then built from it after the lock is released. A copy that
+//! cannot follow the journal (first cycle, a snapshot installed, a journal trimmed) is taken
+//! whole, once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use std::collections::{HashMap, HashSet};
+use tideway_api::{Workload, WorkloadPhase};
+
+use crate::state::FederationState;
+use crate::state::workloads::ChangeCursor;
+
+/// A succeeded workload's completion, what run-time estimates learn from.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub finished_at: DateTime<Utc>,
+    pub seconds: u64,
+    pub workload: Arc<Workload>,
+}
+
+/// The cycle's copy of the workloads it reads, by submission sequence.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    cursor: Option<ChangeCursor>,
+    /// Every order entry below this is in `seq_of`.
+    next_seq: u64,
+    seq_of: HashMap<String, u64>,
+    /// Pending workloads.
+    pub pending: BTreeMap<u64, Arc<Workload>>,
+    /// Assigned or running workloads.
+    pub active: BTreeMap<u64, Arc<Workload>>,
+    /// Succeeded workloads that ran (start and finish known).
+    pub succeeded: BTreeMap<u64, Completion>,
+}
+
+impl Backlog {
+    /// A copy of `state`'s workloads.
+    pub fn of(state: &FederationState) -> Self {
+        let mut b = Self::default();
+        b.refresh(state);
+        b
+    }
+
+    /// Brings the copy up to date with `state`: only the workloads changed since the last
+    /// refresh are copied, unless the journal cannot say which (then everything is).
+    /// Answers how many workloads were copied.
+    pub fn refresh(&mut self, state: &FederationState) -> usize {
+        let changed = self.cursor.and_then(|c| state.workloads.changed_since(c));
+        let Some(changed) = changed else {
+            *self = Self::default();
+            for (seq, name) in &state.order {
+                self.seq_of.insert(name.clone(), *seq);
+                if let Some(w) = state.workloads.get(name) {
+                    self.file(*seq, w);
+                }
+            }
+            self.next_seq = next_seq(state);
+            self.cursor = Some(state.workloads.cursor());
+            return state.order.len();
+        };
+        let names: HashSet<&str> = changed.iter().map(String::as_str).collect();
+        for name in &names {
+            if let Some(seq) = self.seq_of.get(*name) {
+                self.pending.remove(seq);
+                self.active.remove(seq);
+                self.succeeded.remove(seq);
+            }
+        }
+        for (seq, name) in state.order.range(self.next_seq..) {
+            self.seq_of.insert(name.clone(), *seq);
+        }
+        self.next_seq = next_seq(state).max(self.next_seq);
+        for name in &names {
+            match state.workloads.get(*name) {
+                None => {
+                    self.seq_of.remove(*name);
+                }
+                Some(w) => {
+                    if let Some(seq) = self.seq_of.get(*name).copied() {
+                        self.file(seq, w);
+                    }
+                }
+            }
+        }
+        self.cursor = Some(state.workloads.cursor());
+        names.len()
+    }
+
+    fn file(&mut self, seq: u64, w: &Workload) {
+        let Some(st) = &w.status else { return };
+        match st.phase {
+            WorkloadPhase::Pending => {
+                self.pending.insert(seq, Arc::new(w.clone()));
+            }
+            WorkloadPhase::Assigned | WorkloadPhase::Running => {
+                self.active.insert(seq, Arc::new(w.clone()));
+            }
+            WorkloadPhase::Succeeded => {
+                if let (Some(start), Some(end)) = (st.started_at, st.finished_at) {
+                    self.succeeded.insert(
+                        seq,
+                        Completion {
+                            finished_at: end,
+                            seconds: u64::try_from((end - start).num_seconds()).unwrap_or(0),
+                            workload: Arc::new(w.clone()),
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn next_seq(state: &FederationState) -> u64 {
+    state
+        .order
+        .last_key_value()
+        .map_or(0, |(seq, _)| seq.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::dispatcher::cycle::{build_input, capture};
+    use crate::state::assignments_tests::{Op, command, op, t};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A copy kept up to date from the journal, refreshed every few entries, gives the
+        /// cycle the same input as a copy of the whole backlog, whatever the history
+        /// (submissions, assignments, reports, cancels, moves, compaction and resubmission,
+        /// snapshot installs).
+        #[test]
+        fn a_followed_copy_gives_the_input_a_whole_copy_gives(
+            ops in proptest::collection::vec((op(), any::<bool>()), 1..70)
+        ) {
+            let mut s = FederationState::default();
+            let mut index = 0u64;
+            for c in 0..2u8 {
+                index += 1;
+                if let Some(cmd) = command(&s, &Op::Register(c), index) {
+                    s.apply(index, cmd);
+                }
+            }
+            let mut backlog = Backlog::default();
+            for (op, refresh) in &ops {
+                index += 1;
+                match command(&s, op, index) {
+                    Some(cmd) => {
+                        s.apply(index, cmd);
+                    }
+                    None => {
+                        let bytes = serde_json::to_vec(&s).expect("encode");
+                        s = serde_json::from_slice(&bytes).expect("decode");
+                    }
+                }
+                if !*refresh {
+                    continue;
+                }
+                backlog.refresh(&s);
+                let now = t(index as i64);
+                let followed = capture(&s, &backlog, |_| None, now, 1).finish(&backlog);
+                let whole = build_input(&s, |_| None, now, 1);
+                prop_assert_eq!(&followed, &whole, "after {:?}", op);
+            }
+        }
+    }
+
+    #[test]
+    fn a_refresh_copies_only_what_changed() {
+        let mut s = FederationState::default();
+        for i in 1..=50u64 {
+            if let Some(cmd) = command(&s, &Op::Submit((i % 6) as u8), i) {
+                s.apply(i, cmd);
+            }
+        }
+        let mut backlog = Backlog::of(&s);
+        assert_eq!(backlog.pending.len(), 6);
+        assert_eq!(backlog.refresh(&s), 0, "nothing changed");
+        if let Some(cmd) = command(&s, &Op::Cancel(2), 51) {
+            s.apply(51, cmd);
+        }
+        assert_eq!(backlog.refresh(&s), 1);
+        assert_eq!(backlog.pending.len(), 5);
+    }
+}

@@ -1,0 +1,198 @@
+//! The workloads by name, with a journal of which names changed: what lets the leader's
+//! scheduling cycle keep its own copy of the backlog and, under the state lock, copy only
+//! what changed since its last cycle instead of the whole backlog (38–101 ms at 10k pending
+//! and 190–380 ms at 50k, debug, with apply held off all that time).
+//!
+//! Reads go through `Deref` to the map; every way to change a workload (`get_mut`, `insert`,
+//! `remove`) records its name, so no apply path can change one unseen. The journal is
+//! derived: not serialized (snapshots and the state digest hold the map only, as before), and
+//! each value (a new state, a clone, a decoded snapshot) gets a journal of its own identity,
+//! so a reader that followed another one starts over instead of missing a change.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tideway_api::Workload;
+
+/// Journal entries kept beyond one per workload before the journal is cleared (a reader that
+/// far behind would copy about as much by following it as by copying the whole backlog, which
+/// it then does once), so its memory stays O(workloads) on followers, which never read it.
+const SLACK: usize = 4096;
+
+/// Identities of journals, so a cursor from one never reads another.
+static JOURNALS: AtomicU64 = AtomicU64::new(1);
+
+/// Where a reader stands in a [`Workloads`] journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeCursor {
+    journal: u64,
+    position: u64,
+}
+
+#[derive(Debug)]
+struct Journal {
+    id: u64,
+    /// Position of `names[0]`.
+    start: u64,
+    names: Vec<String>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self {
+            id: JOURNALS.fetch_add(1, Ordering::Relaxed),
+            start: 0,
+            names: Vec::new(),
+        }
+    }
+}
+
+/// Workloads by name, and the journal of changed names.
+#[derive(Debug, Default)]
+pub struct Workloads {
+    map: BTreeMap<String, Workload>,
+    journal: Journal,
+}
+
+impl Clone for Workloads {
+    /// A copy starts a journal of its own: its changes are not the original's.
+    fn clone(&self) -> Self {
+        Self {
+            map: self.map.clone(),
+            journal: Journal::default(),
+        }
+    }
+}
+
+impl PartialEq for Workloads {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Serialize for Workloads {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.map.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Workloads {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self {
+            map: BTreeMap::deserialize(d)?,
+            journal: Journal::default(),
+        })
+    }
+}
+
+impl std::ops::Deref for Workloads {
+    type Target = BTreeMap<String, Workload>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<'a> IntoIterator for &'a Workloads {
+    type Item = (&'a String, &'a Workload);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, Workload>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.iter()
+    }
+}
+
+impl Workloads {
+    /// The workload `name`, to change: the change is journaled.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Workload> {
+        if !self.map.contains_key(name) {
+            return None;
+        }
+        self.note(name);
+        self.map.get_mut(name)
+    }
+
+    /// Stores `w` as `name` (replacing any).
+    pub fn insert(&mut self, name: String, w: Workload) -> Option<Workload> {
+        self.note(&name);
+        self.map.insert(name, w)
+    }
+
+    /// Forgets `name`.
+    pub fn remove(&mut self, name: &str) -> Option<Workload> {
+        let w = self.map.remove(name)?;
+        self.note(name);
+        Some(w)
+    }
+
+    fn note(&mut self, name: &str) {
+        self.journal.names.push(name.to_string());
+        if self.journal.names.len() > self.map.len() + SLACK {
+            self.journal.start += self.journal.names.len() as u64;
+            self.journal.names.clear();
+        }
+    }
+
+    /// Where the journal stands now: a reader that copied the workloads takes this with them.
+    pub fn cursor(&self) -> ChangeCursor {
+        ChangeCursor {
+            journal: self.journal.id,
+            position: self.journal.start + self.journal.names.len() as u64,
+        }
+    }
+
+    /// The names changed since `cursor` (with repeats), or `None` when the journal no longer
+    /// reaches back that far or is another value's: the reader copies everything again.
+    pub fn changed_since(&self, cursor: ChangeCursor) -> Option<&[String]> {
+        if cursor.journal != self.journal.id || cursor.position < self.journal.start {
+            return None;
+        }
+        let from = usize::try_from(cursor.position - self.journal.start).ok()?;
+        self.journal.names.get(from..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{PodSet, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+
+    fn workload(name: &str) -> Workload {
+        let spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("p", 1, 1, "H100")],
+        );
+        Workload::new(name, spec)
+    }
+
+    #[test]
+    fn a_reader_sees_every_changed_name_once_behind_and_starts_over_when_lost() {
+        let mut ws = Workloads::default();
+        ws.insert("a".into(), workload("a"));
+        let cursor = ws.cursor();
+        assert_eq!(ws.changed_since(cursor), Some(&[][..]));
+        if let Some(w) = ws.get_mut("a") {
+            w.spec.queue = "other".into();
+        }
+        ws.insert("b".into(), workload("b"));
+        ws.remove("a");
+        assert!(ws.get_mut("missing").is_none());
+        let seen = ws.changed_since(cursor).map(<[String]>::to_vec);
+        assert_eq!(seen, Some(vec!["a".into(), "b".into(), "a".into()]));
+        // A clone or a decoded copy is another journal: the cursor does not apply there.
+        assert_eq!(ws.clone().changed_since(cursor), None);
+        let back: Workloads =
+            serde_json::from_slice(&serde_json::to_vec(&ws).expect("encode")).expect("decode");
+        assert_eq!(back, ws);
+        assert_eq!(back.changed_since(cursor), None);
+        // A journal that outgrew the workloads is cleared; a reader behind it starts over.
+        for _ in 0..2 * SLACK {
+            let _ = ws.get_mut("b");
+        }
+        assert_eq!(ws.changed_since(cursor), None);
+        assert_eq!(ws.changed_since(ws.cursor()), Some(&[][..]));
+    }
+}
