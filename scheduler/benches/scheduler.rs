@@ -277,6 +277,7 @@ fn input(pending: usize) -> SchedulerInput {
         reservations: Vec::new(),
         preemption_budget: PreemptionBudget::per_minute(10),
         quota_overrides: Vec::new(),
+        unshown_pending: Default::default(),
     }
 }
 

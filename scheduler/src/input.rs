@@ -4,6 +4,8 @@
 //! leader, a recorded frame in the trace simulator and the document a policy dry-run
 //! replays. Nothing here is read from the environment: `now` and `seed` are fields.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::digest::CapacityDigest;
@@ -41,6 +43,12 @@ pub struct SchedulerInput {
     /// Effective quotas of the active tidal window, replacing the queues' own per flavor.
     #[serde(default)]
     pub quota_overrides: Vec<QuotaOverride>,
+    /// Pending workloads per flavor that the caller left out of `pending` (the simulator
+    /// shows the core only the work it could act on). They count among those waiting when
+    /// a reservation is priced, so the price is that of a cycle over all pending work, as
+    /// on the live leader, which passes all of it and leaves this empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unshown_pending: BTreeMap<String, u32>,
 }
 
 /// A member cluster as the scheduler needs it: where it is, whether it takes work, and what
@@ -424,6 +432,7 @@ mod tests {
             reservations: Vec::new(),
             preemption_budget: PreemptionBudget::per_minute(10),
             quota_overrides: Vec::new(),
+            unshown_pending: Default::default(),
         };
         assert!(matches!(
             input.validate(),

@@ -176,6 +176,7 @@ pub fn build_input(
             .collect(),
         preemption_budget,
         quota_overrides,
+        unshown_pending: Default::default(),
         settings,
     };
     super::estimates::fill(&mut input, &super::estimates::learned(state));

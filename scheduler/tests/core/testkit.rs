@@ -330,6 +330,7 @@ impl Fleet {
             reservations: self.reservations.clone(),
             preemption_budget: self.budget,
             quota_overrides: self.overrides.clone(),
+            unshown_pending: Default::default(),
         }
     }
 
