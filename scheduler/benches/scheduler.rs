@@ -279,6 +279,7 @@ fn input(pending: usize) -> SchedulerInput {
         quota_overrides: Vec::new(),
         rollout: None,
         preemptors: Vec::new(),
+        unshown_pending: Default::default(),
     }
 }
 

@@ -4,6 +4,8 @@
 //! leader, a recorded frame in the trace simulator and the document a policy dry-run
 //! replays. Nothing here is read from the environment: `now` and `seed` are fields.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::digest::CapacityDigest;
@@ -55,6 +57,12 @@ pub struct SchedulerInput {
     /// are still leaving.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preemptors: Vec<Reservation>,
+    /// Pending workloads per flavor that the caller left out of `pending` (the simulator
+    /// shows the core only the work it could act on). They count among those waiting when
+    /// a reservation is priced, so the price is that of a cycle over all pending work, as
+    /// on the live leader, which passes all of it and leaves this empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unshown_pending: BTreeMap<String, u32>,
 }
 
 /// A member cluster as the scheduler needs it: where it is, whether it takes work, and what
@@ -446,6 +454,7 @@ mod tests {
             quota_overrides: Vec::new(),
             rollout: None,
             preemptors: Vec::new(),
+            unshown_pending: Default::default(),
         };
         assert!(matches!(
             input.validate(),

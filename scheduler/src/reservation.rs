@@ -178,6 +178,11 @@ impl Cycle<'_> {
                     counts[f] = counts[f].saturating_add(1);
                 }
             }
+            for (f, name) in self.book.flavors.iter().enumerate() {
+                if let Some(&n) = self.input.unshown_pending.get(name) {
+                    counts[f] = counts[f].saturating_add(n);
+                }
+            }
             self.pending_on_flavor = counts;
         }
         let others = self.shapes[s]

@@ -6,8 +6,9 @@
 //!   pending workloads are moved into the input and back, never cloned;
 //! - the scheduler only sees the pending work it could act on: the first `headWindow` of
 //!   every queue (their reasons and reservations depend on being seen), reservation
-//!   holders, and beyond the head only work small enough to fit the largest free pool,
-//!   in queue order, until the queue's quota headroom and the fleet's free GPUs are spent
+//!   holders, and beyond the head only work small enough to fit the largest free pool
+//!   it may use (a queue pinned to its own clusters by `queueClusters` looks at those
+//!   only), in queue order, until the queue's quota headroom and the fleet's free GPUs are spent
 //!   or `lookahead` workloads were taken. Work left out keeps its last reason (or
 //!   `Queued`: not looked at). When a cycle assigned work and left fitting work out, it
 //!   runs again at the same instant, so no capacity idles because of the window;
@@ -127,6 +128,7 @@ impl SchedState {
                 quota_overrides: Vec::new(),
                 rollout: None,
                 preemptors: Vec::new(),
+                unshown_pending: Default::default(),
             },
             exact,
             reservations: Vec::new(),
@@ -318,10 +320,11 @@ struct WindowBounds {
     all: bool,
     /// At most this many workloads per queue that could start.
     lookahead: usize,
-    /// The most free GPUs in one cluster: a gang must fit one cluster.
-    largest_free: u64,
-    /// The most free GPUs on one node: a pod never spans nodes.
-    largest_node_free: u32,
+    /// Per queue (by id): the most free GPUs in one cluster its work may use (a gang must
+    /// fit one cluster), and the most free GPUs on one node there (a pod never spans
+    /// nodes). A queue pinned to its own clusters (`queueClusters`, as in a static
+    /// partition) is bounded by those alone: free GPUs elsewhere cannot start its backlog.
+    reach: Vec<(u64, u32)>,
     /// Workloads of at least this many GPUs submitted at or before `reserve_before` may get
     /// a reservation (`None`: reservations are off).
     reserve_min: Option<u64>,
@@ -344,13 +347,15 @@ struct View {
 /// core decides each pending workload in turn, and a workload changes what others get only
 /// by being admitted (quota, capacity, fair share, spread), by holding capacity
 /// (reservation, preemption) or by being counted among those waiting for a flavor (whether
-/// a reservation is worth its price). Left out here is only work that can do none of the
-/// three: its GPUs exceed its queue's reachable quota, the largest free cluster, or its
-/// largest pod the largest free node (capacity and quota only shrink within a cycle), it
-/// cannot get a reservation (too small or too recent, or reservations are off), holds none,
-/// and preemption is off; and enough others are shown that every flavor's waiting count is
-/// the same up to two (the core only asks "more than one"). Its decision would have been
-/// "pending": it keeps its last reason. `pendingView: all` is the check (a test compares).
+/// a reservation is worth its price). Left out here is only work that can do neither of
+/// the first two: its GPUs exceed its queue's reachable quota or the largest free cluster
+/// it may use, or its largest pod the largest free node there (capacity and quota only
+/// shrink within a cycle), it cannot get a reservation (too small or too recent, or
+/// reservations are off), holds none, and preemption is off. The third is kept by the
+/// caller: what is left out is counted per flavor in the input's `unshown_pending`, so a
+/// reservation is priced against every waiting workload, as on the live leader. Its
+/// decision would have been "pending": it keeps its last reason. `pendingView: all` is the
+/// check (a test compares).
 fn window(jobs: &Jobs, quota: &QuotaBook, flavors: usize, b: &WindowBounds) -> View {
     let mut chosen: Vec<u32> = Vec::new();
     let mut truncated = false;
@@ -384,7 +389,8 @@ fn window(jobs: &Jobs, quota: &QuotaBook, flavors: usize, b: &WindowBounds) -> V
         // Work that could start: within reach of the queue's quota and the free capacity.
         let room = |f: usize| quota.reachable(q, f).saturating_sub(quota.used(q, f));
         let max_room = (0..flavors).map(room).max().unwrap_or(0);
-        let bound = b.largest_free.min(max_room);
+        let (largest_free, largest_node_free) = b.reach.get(q).copied().unwrap_or((0, 0));
+        let bound = largest_free.min(max_room);
         let mut taken = 0usize;
         for key in merged(qs.sizes_up_to(bound)) {
             let Some(j) = qs.job_at(&key) else { continue };
@@ -392,7 +398,7 @@ fn window(jobs: &Jobs, quota: &QuotaBook, flavors: usize, b: &WindowBounds) -> V
             let fits_node = jobs.gangs(j).is_some_and(|g| {
                 g.iter()
                     .flat_map(|(_, _, pods)| pods)
-                    .all(|p| p.gpus_per_pod <= b.largest_node_free)
+                    .all(|p| p.gpus_per_pod <= largest_node_free)
             });
             if !(fits_quota && fits_node) {
                 continue;
@@ -521,11 +527,26 @@ impl Engine {
         st.reservations
             .retain(|r| jobs.id(&r.uid).is_some_and(|j| jobs.is_pending(j)));
 
+        let free: Vec<u64> = self.fleet().free_per_member().collect();
+        let node_free: Vec<u32> = self.fleet().node_free_per_member().collect();
+        let reach = self
+            .queue_members()
+            .into_iter()
+            .map(|members| match members {
+                None => (largest_free, largest_node_free),
+                Some(ms) => ms.iter().fold((0, 0), |(g, n), &c| {
+                    (
+                        g.max(free.get(c).copied().unwrap_or(0)),
+                        n.max(node_free.get(c).copied().unwrap_or(0)),
+                    )
+                }),
+            })
+            .collect();
+        let jobs = self.jobs();
         let bounds = WindowBounds {
             all,
             lookahead: st.lookahead,
-            largest_free,
-            largest_node_free,
+            reach,
             reserve_min,
             reserve_before,
         };
@@ -553,6 +574,24 @@ impl Engine {
         // The core decides in its own order; the input lists pending work in submission
         // order, as the live leader's does.
         chosen.sort_unstable_by_key(|&j| self.jobs().seq(j));
+        // What is left out still counts among those waiting when a reservation is priced.
+        let mut shown = vec![0u64; self.flavor_count()];
+        for &j in &chosen {
+            for &(f, _) in self.jobs().request(j) {
+                if let Some(n) = shown.get_mut(f) {
+                    *n += 1;
+                }
+            }
+        }
+        let unshown: std::collections::BTreeMap<String, u32> = self
+            .flavor_names()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(f, name)| {
+                let left = self.jobs().pending_on_flavor(f).saturating_sub(shown[f]);
+                (left > 0).then(|| (name.to_owned(), u32::try_from(left).unwrap_or(u32::MAX)))
+            })
+            .collect();
 
         // The input: pending moved in, running view, digests, budget.
         st.input.pending.clear();
@@ -587,6 +626,7 @@ impl Engine {
         }
         st.input.clusters = self.take_views();
         st.input.quota_overrides = self.tidal_overrides(&st.input.clusters, &st.input.queues);
+        st.input.unshown_pending = unshown;
         st.input.now = to_utc(now);
         st.cycle += 1;
         st.input.seed = mix(st.seed ^ st.input.settings.tie_break_seed, st.cycle);

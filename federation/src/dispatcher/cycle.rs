@@ -194,6 +194,7 @@ pub fn capture(
         quota_overrides,
         // Not carried by the leader yet: a preemptor's hold lasts while its victims leave.
         preemptors: Vec::new(),
+        unshown_pending: Default::default(),
         settings,
         rollout,
     };

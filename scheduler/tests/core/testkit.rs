@@ -335,6 +335,7 @@ impl Fleet {
             quota_overrides: self.overrides.clone(),
             rollout: None,
             preemptors: self.preemptors.clone(),
+            unshown_pending: Default::default(),
         }
     }
 

@@ -280,6 +280,18 @@ impl Fleet {
             .unwrap_or(0)
     }
 
+    /// Per member, the most free GPUs on any one of its nodes, as of the last refresh.
+    pub fn node_free_per_member(&self) -> impl Iterator<Item = u32> + '_ {
+        self.views.iter().map(|v| {
+            v.digest
+                .pools
+                .iter()
+                .map(|p| p.counts.largest_node_free())
+                .max()
+                .unwrap_or(0)
+        })
+    }
+
     /// GPUs per node of the smallest-node pool: the least a reservation's default size
     /// threshold (one node of the gang's flavor) can be.
     pub fn smallest_node_gpus(&self) -> u64 {

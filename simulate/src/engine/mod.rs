@@ -444,6 +444,34 @@ impl Engine {
         &self.quota
     }
 
+    /// Per queue (by id), the members its work is pinned to by `queueClusters`, or `None`
+    /// when it may go anywhere.
+    pub(crate) fn queue_members(&self) -> Vec<Option<Vec<usize>>> {
+        self.jobs
+            .queues()
+            .iter()
+            .map(|q| {
+                self.settings.queue_clusters.get(q.name()).map(|names| {
+                    names
+                        .iter()
+                        .filter_map(|n| self.fleet.member_id(n))
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    /// Flavor names by id.
+    pub(crate) fn flavor_names(&self) -> Vec<&str> {
+        let mut names = vec![""; self.flavor_ids.len()];
+        for (name, &id) in &self.flavor_ids {
+            if let Some(slot) = names.get_mut(id) {
+                *slot = name.as_str();
+            }
+        }
+        names
+    }
+
     /// Flavors with ids (the fleet's, then those only queues or jobs name).
     pub(crate) fn flavor_count(&self) -> usize {
         self.flavor_ids.len()

@@ -9,6 +9,7 @@
 mod common;
 mod t10_cross_check;
 mod t30_traces;
+mod t40_partition_view;
 mod t40_scheduler_mode;
 mod t40_static_partition;
 mod t50_pending_view;
