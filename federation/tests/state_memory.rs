@@ -175,7 +175,11 @@ fn state_memory_is_bounded_over_many_finished_workloads() {
         run.s.usage.closed.len(),
         run.s.usage.open.len(),
         run.s.scheduling.placements.len(),
-        run.s.assignments.iter().map(|(_, a)| a.len()).sum::<usize>(),
+        run.s
+            .assignments
+            .iter()
+            .map(|(_, a)| a.len())
+            .sum::<usize>(),
         run.s.scheduling.settling.len(),
     );
     let live_end = run.s.workloads.len();
