@@ -370,7 +370,9 @@ async fn follow_assignments<B: Backend>(
                     continue;
                 }
                 let mut all_ok = true;
-                let mut preempted: Vec<(String, u32)> = Vec::new();
+                // Attempts this member will never run: preempted before they started, or
+                // refused by the cluster for good. Each is reported unless the cluster holds it.
+                let mut gone: Vec<(String, u32, LocalPhase)> = Vec::new();
                 for rec in &page.items {
                     let uid = rec.assignment.uid().to_string();
                     let res = match &rec.desired {
@@ -393,7 +395,13 @@ async fn follow_assignments<B: Backend>(
                                 .preempt(&uid, Duration::from_secs(*grace_seconds))
                                 .await;
                             if r.is_ok() {
-                                preempted.push((uid.clone(), rec.assignment.attempt));
+                                gone.push((
+                                    uid.clone(),
+                                    rec.assignment.attempt,
+                                    LocalPhase::Evicted {
+                                        reason: "preempted before it started on this member".into(),
+                                    },
+                                ));
                             }
                             r
                         }
@@ -406,6 +414,20 @@ async fn follow_assignments<B: Backend>(
                             all_ok = false;
                             break;
                         }
+                        // Refused for good (an invalid template, a pool it does not have,
+                        // forbidden): reported Failed, so the federation retries it with
+                        // backoff, elsewhere if it can, up to the retry limit, instead of
+                        // leaving it Assigned here for ever.
+                        Err(BackendError::Rejected(e)) if matches!(rec.desired, Desired::Run) => {
+                            tracing::warn!(%uid, error = %e, "assignment refused by the cluster; reporting it failed");
+                            gone.push((
+                                uid.clone(),
+                                rec.assignment.attempt,
+                                LocalPhase::Failed {
+                                    reason: format!("refused by the member cluster: {e}"),
+                                },
+                            ));
+                        }
                         Err(e) => {
                             tracing::warn!(%uid, error = %e, "assignment refused by the cluster")
                         }
@@ -414,8 +436,8 @@ async fn follow_assignments<B: Backend>(
                 drop(st);
                 // Outside the lease lock: a report starts nothing, and must not hold up the
                 // heartbeats that renew the lease.
-                if all_ok && !preempted.is_empty() {
-                    all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &preempted).await;
+                if all_ok && !gone.is_empty() {
+                    all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &gone).await;
                 }
                 if all_ok {
                     revision = page.revision;
@@ -432,18 +454,19 @@ async fn follow_assignments<B: Backend>(
     }
 }
 
-/// Preempted work this member never started (its `Run` came while the agent was away, and
-/// by the time it replayed its assignments the record said `Preempt`) has no copy here to
-/// checkpoint, stop and report: without a word from us the federation would wait for the
-/// eviction forever, with the workload Assigned. Reports those attempts Evicted, which
-/// requeues them; attempts the backend holds report themselves when they stop, so nothing
-/// reported here can still be running. Answers whether the report went through (if not, the
-/// page is applied again, which repeats the check).
+/// Work this member never started has no copy here to checkpoint, stop and report: preempted
+/// work whose `Run` came while the agent was away (by the time it replayed its assignments
+/// the record said `Preempt`), and work the cluster refused for good. Without a word from us
+/// the federation would wait for ever, with the workload Assigned. Reports each attempt in
+/// the phase given (Evicted requeues it; Failed retries it with backoff up to the limit);
+/// attempts the backend holds report themselves when they stop, so nothing reported here can
+/// still be running. Answers whether the report went through (if not, the page is applied
+/// again, which repeats the check).
 async fn report_never_started<B: Backend>(
     cfg: &AgentConfig,
     fed: &Federation,
     backend: &B,
-    preempted: &[(String, u32)],
+    gone: &[(String, u32, LocalPhase)],
 ) -> bool {
     let held = match backend.statuses().await {
         Ok(s) => s,
@@ -452,13 +475,13 @@ async fn report_never_started<B: Backend>(
             return false;
         }
     };
-    let statuses = never_started(&held, preempted, backend.now());
+    let statuses = never_started(&held, gone, backend.now());
     if statuses.is_empty() {
         return true;
     }
     tracing::info!(
         count = statuses.len(),
-        "preempted work that never started here: evicted"
+        "work that never started here: reported evicted or failed"
     );
     let c = fed.current();
     match c
@@ -477,19 +500,16 @@ async fn report_never_started<B: Backend>(
 /// backend's statuses) has no copy at all.
 fn never_started(
     held: &[LocalStatus],
-    preempted: &[(String, u32)],
+    gone: &[(String, u32, LocalPhase)],
     now: DateTime<Utc>,
 ) -> Vec<LocalStatus> {
     let held: HashSet<(&str, u32)> = held.iter().map(|s| (s.uid.as_str(), s.attempt)).collect();
-    preempted
-        .iter()
-        .filter(|(uid, attempt)| !held.contains(&(uid.as_str(), *attempt)))
-        .map(|(uid, attempt)| LocalStatus {
+    gone.iter()
+        .filter(|(uid, attempt, _)| !held.contains(&(uid.as_str(), *attempt)))
+        .map(|(uid, attempt, phase)| LocalStatus {
             uid: uid.clone(),
             attempt: *attempt,
-            phase: LocalPhase::Evicted {
-                reason: "preempted before it started on this member".into(),
-            },
+            phase: phase.clone(),
             since: now,
             nodes: Vec::new(),
         })
@@ -727,7 +747,7 @@ mod tests {
     }
 
     #[test]
-    fn preempted_work_never_started_here_is_reported_evicted() {
+    fn work_never_started_here_is_reported_evicted_or_failed() {
         let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -736,22 +756,40 @@ mod tests {
             .expect("ensure");
         // u1 attempt 1 is held (it reports itself when it stops); attempt 2 of u1 and u2
         // never came here.
-        let preempted = [
-            ("u1".to_string(), 1),
-            ("u1".to_string(), 2),
-            ("u2".to_string(), 1),
+        let evicted = || LocalPhase::Evicted {
+            reason: "preempted before it started on this member".into(),
+        };
+        let mut gone = vec![
+            ("u1".to_string(), 1, evicted()),
+            ("u1".to_string(), 2, evicted()),
+            ("u2".to_string(), 1, evicted()),
         ];
-        for (uid, _) in &preempted {
+        for (uid, _, _) in &gone {
             rt.block_on(b.preempt(uid, Duration::from_secs(30)))
                 .expect("preempt");
         }
-        let out = never_started(&futures_statuses(&b), &preempted, t(5));
+        // u3 names a pool the cluster does not have: refused for good, reported Failed.
+        let mut bad = assignment("u3", 1, 8, None);
+        bad.pool = Some("nope".into());
+        let Err(BackendError::Rejected(why)) = rt.block_on(b.ensure(&bad)) else {
+            panic!("a pool the cluster lacks is refused");
+        };
+        gone.push((
+            "u3".into(),
+            1,
+            LocalPhase::Failed {
+                reason: why.clone(),
+            },
+        ));
+        let out = never_started(&futures_statuses(&b), &gone, t(5));
         let got: Vec<(&str, u32)> = out.iter().map(|s| (s.uid.as_str(), s.attempt)).collect();
-        assert_eq!(got, vec![("u1", 2), ("u2", 1)]);
+        assert_eq!(got, vec![("u1", 2), ("u2", 1), ("u3", 1)]);
         assert!(
-            out.iter()
+            out[..2]
+                .iter()
                 .all(|s| matches!(s.phase, LocalPhase::Evicted { .. }) && s.since == t(5))
         );
+        assert_eq!(out[2].phase, LocalPhase::Failed { reason: why });
         assert_eq!(active(&b), vec!["u1".to_string()], "u1 checkpoints first");
     }
 
