@@ -117,6 +117,15 @@ pub struct SchedulingState {
     /// see no room and preempt a second set of victims for the same workload.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub settling: BTreeMap<String, Settling>,
+    /// Preemptors of applied `Preempt` decisions that have not started, each with the
+    /// cluster its victims leave and when their grace ends. Carried into every cycle's
+    /// input so the capacity the victims free stays held for the preemptor after they are
+    /// gone, as the simulator does; without it the first workload decided after they leave
+    /// takes their GPUs. Dropped when the preemptor is assigned, cancelled or compacted, or
+    /// [`PREEMPTOR_HOLD_GIVE_UP_SECONDS`](tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS)
+    /// after `expected_start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptors: Vec<Reservation>,
 }
 
 /// A preemption whose victims have left, not yet seen in the member's digest.
@@ -189,6 +198,7 @@ impl FederationState {
             }
         }
         for p in d.preempt {
+            let mut marked = false;
             for victim in &p.victims {
                 let runs = self
                     .assignments
@@ -223,8 +233,13 @@ impl FederationState {
                     w.metadata.resource_version = Some(index);
                 }
                 changed += 1;
+                marked = true;
+            }
+            if marked {
+                self.hold_for_preemptor(&p, at);
             }
         }
+        self.drop_given_up_preemptors(at);
         let horizon = at - Duration::seconds(PREEMPTION_MEMORY_SECS);
         self.scheduling.evictions.retain(|t| *t >= horizon);
         self.scheduling.reservations = d.reservations;
@@ -240,6 +255,44 @@ impl FederationState {
         }
         CommandResult::Updated { count: changed }
     }
+
+    /// Records (or renews) the hold of a preemptor still pending whose victims were just told
+    /// to stop: from `at` until their grace ends, and then until it starts or gives up.
+    fn hold_for_preemptor(&mut self, p: &PreemptDecision, at: DateTime<Utc>) {
+        let pending = self
+            .uids
+            .get(p.preemptor.as_str())
+            .and_then(|n| self.workloads.get(n))
+            .and_then(|w| w.status.as_ref())
+            .is_some_and(|st| st.phase == WorkloadPhase::Pending);
+        if !pending {
+            return;
+        }
+        let grace = Duration::seconds(i64::try_from(p.grace_seconds).unwrap_or(i64::MAX / 2));
+        let preemptors = &mut self.scheduling.preemptors;
+        preemptors.retain(|r| r.uid != p.preemptor);
+        preemptors.push(Reservation {
+            uid: p.preemptor.clone(),
+            cluster: p.cluster.clone(),
+            expected_start: at + grace,
+            created_at: at,
+        });
+    }
+
+    /// Drops the preemptor holds given up by `at` (on the entry's time, so every replica
+    /// drops the same ones).
+    fn drop_given_up_preemptors(&mut self, at: DateTime<Utc>) {
+        self.scheduling
+            .preemptors
+            .retain(|r| !preemptor_gave_up(r, at));
+    }
+}
+
+/// Whether a preemptor's hold has lapsed at `now`: it has not started
+/// `PREEMPTOR_HOLD_GIVE_UP_SECONDS` after its victims' grace ended.
+pub fn preemptor_gave_up(r: &Reservation, now: DateTime<Utc>) -> bool {
+    r.expected_start + Duration::seconds(tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS)
+        <= now
 }
 
 #[cfg(test)]
