@@ -330,6 +330,149 @@ mod tests {
         assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("z1"));
     }
 
+    use crate::state::command::Command;
+    use crate::state::members::tests::{setup, t};
+    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
+
+    /// `job` (u1) runs on `a`; `boss` (b1) is pending and preempts it with a 30 s grace at
+    /// `t(10)`.
+    fn preempted() -> FederationState {
+        let mut s = setup(None);
+        let spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("w", 1, 8, "H100")],
+        );
+        let mut w = Workload::new("boss", spec);
+        w.metadata.uid = Some("b1".into());
+        s.apply(
+            4,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "kb".into(),
+                at: t(5),
+            },
+        );
+        s.apply(5, preempt(t(10)));
+        s
+    }
+
+    fn preempt(at: DateTime<Utc>) -> Command {
+        Command::ApplyCycle {
+            decisions: Box::new(CycleDecisions {
+                preempt: vec![PreemptDecision {
+                    preemptor: "b1".into(),
+                    cluster: "a".into(),
+                    victims: vec!["u1".into()],
+                    grace_seconds: 30,
+                }],
+                ..CycleDecisions::default()
+            }),
+            at,
+        }
+    }
+
+    fn empty_cycle(at: DateTime<Utc>) -> Command {
+        Command::ApplyCycle {
+            decisions: Box::default(),
+            at,
+        }
+    }
+
+    #[test]
+    fn a_preempt_decision_records_its_preemptor_until_the_grace_ends() {
+        let s = preempted();
+        assert_eq!(
+            s.scheduling.preemptors,
+            vec![Reservation {
+                uid: "b1".into(),
+                cluster: "a".into(),
+                expected_start: t(40),
+                created_at: t(10),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_preempt_decision_with_no_running_victim_records_nothing() {
+        let mut s = preempted();
+        s.scheduling.preemptors.clear();
+        // u1 is already being preempted, so a second decision for it changes nothing.
+        s.apply(6, preempt(t(20)));
+        assert!(s.scheduling.preemptors.is_empty());
+    }
+
+    #[test]
+    fn an_assigned_preemptor_holds_nothing() {
+        let mut s = preempted();
+        s.apply(
+            6,
+            Command::Assign {
+                workload: "boss".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(50),
+            },
+        );
+        assert!(s.scheduling.preemptors.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_or_compacted_preemptor_holds_nothing() {
+        let mut s = preempted();
+        s.apply(
+            6,
+            Command::CancelWorkload {
+                id: "boss".into(),
+                at: t(20),
+            },
+        );
+        assert!(s.scheduling.preemptors.is_empty(), "cancelled");
+        // A hold left on a finished workload (as an older log may have) goes with it.
+        let hold = preempted().scheduling.preemptors;
+        assert_eq!(hold.len(), 1);
+        s.scheduling.preemptors = hold;
+        s.apply(
+            7,
+            Command::CompactWorkloads {
+                names: vec!["boss".into()],
+                before: t(30),
+                at: t(30),
+            },
+        );
+        assert!(!s.workloads.contains_key("boss"));
+        assert!(s.scheduling.preemptors.is_empty(), "compacted");
+    }
+
+    #[test]
+    fn a_hold_is_given_up_after_its_grace_and_the_give_up_time() {
+        let mut s = preempted();
+        let give_up =
+            t(40) + Duration::seconds(tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS);
+        s.apply(6, empty_cycle(give_up - Duration::seconds(1)));
+        assert_eq!(s.scheduling.preemptors.len(), 1, "still held");
+        assert!(!preemptor_gave_up(
+            &s.scheduling.preemptors[0],
+            give_up - Duration::seconds(1)
+        ));
+        assert!(preemptor_gave_up(&s.scheduling.preemptors[0], give_up));
+        s.apply(7, empty_cycle(give_up));
+        assert!(s.scheduling.preemptors.is_empty(), "given up");
+    }
+
+    #[test]
+    fn a_snapshot_without_preemptors_decodes_and_one_with_them_round_trips() {
+        let old = r#"{"reservations":[],"placements":{},"preempting":{"u1":"b1"},"evictions":[]}"#;
+        let st: SchedulingState = serde_json::from_str(old).expect("old snapshot");
+        assert!(st.preemptors.is_empty());
+        assert_eq!(st.preempting["u1"], "b1");
+        let s = preempted();
+        let json = serde_json::to_string(&s).expect("encode");
+        let back: FederationState = serde_json::from_str(&json).expect("decode");
+        assert_eq!(back.scheduling.preemptors, s.scheduling.preemptors);
+        assert_eq!(back, s);
+    }
+
     #[test]
     fn a_report_that_spans_domains_or_lacks_them_changes_nothing() {
         let mut ps = planned(TopologyLevel::Rack, "r1");
