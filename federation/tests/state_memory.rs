@@ -169,7 +169,7 @@ fn state_memory_is_bounded_over_many_finished_workloads() {
     let at_end = live_heap();
     // What each bounded structure holds at the end, for whoever reads a failure.
     eprintln!(
-        "order {} uids {} usage.closed {} usage.open {} placements {} assignments {} settling {}",
+        "order {} uids {} usage.closed {} usage.open {} placements {} assignments {} settling {} preemptors {}",
         run.s.order.len(),
         run.s.uids.len(),
         run.s.usage.closed.len(),
@@ -181,6 +181,7 @@ fn state_memory_is_bounded_over_many_finished_workloads() {
             .map(|(_, a)| a.len())
             .sum::<usize>(),
         run.s.scheduling.settling.len(),
+        run.s.scheduling.preemptors.len(),
     );
     let live_end = run.s.workloads.len();
     eprintln!(

@@ -175,6 +175,17 @@ pub fn capture(
         .rollout
         .as_ref()
         .and_then(|r| tideway_scheduler::rollout::placement(&r.scope, &queues, r.candidate));
+    // Preemptors keep their victims' capacity until they start or give up (the state drops
+    // given-up ones only when a cycle applies; `now` may be later). A member without a
+    // digest is not in the input, and neither is a hold on it.
+    let preemptors = state
+        .scheduling
+        .preemptors
+        .iter()
+        .filter(|r| !crate::state::scheduling::preemptor_gave_up(r, now))
+        .filter(|r| clusters.iter().any(|c| c.name == r.cluster.as_str()))
+        .map(Into::into)
+        .collect();
     let input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
@@ -192,8 +203,7 @@ pub fn capture(
             .collect(),
         preemption_budget,
         quota_overrides,
-        // Not carried by the leader yet: a preemptor's hold lasts while its victims leave.
-        preemptors: Vec::new(),
+        preemptors,
         unshown_pending: Default::default(),
         settings,
         rollout,

@@ -281,3 +281,66 @@ fn a_preemptor_sits_out_until_the_digest_shows_its_victims_gone() {
     let late = t(10 + crate::state::scheduling::SETTLING_LIMIT_SECS);
     assert_eq!(pending(t(4), late).len(), 1);
 }
+
+#[test]
+fn the_input_carries_a_preemptor_until_it_starts_or_gives_up() {
+    let mut s = state();
+    s.apply(
+        6,
+        Command::ApplyCycle {
+            decisions: Box::new(CycleDecisions {
+                preempt: vec![crate::state::scheduling::PreemptDecision {
+                    preemptor: "u-wait".into(),
+                    cluster: "a".into(),
+                    victims: vec!["u-run".into()],
+                    grace_seconds: 30,
+                }],
+                ..Default::default()
+            }),
+            at: t(700),
+        },
+    );
+    let carried =
+        |s: &FederationState, now| build_input(s, |_| Some(digest(t(4))), now, 1).preemptors;
+    let held = vec![tideway_scheduler::Reservation {
+        uid: "u-wait".into(),
+        cluster: "a".into(),
+        expected_start: t(730),
+        created_at: t(700),
+    }];
+    assert_eq!(carried(&s, t(710)), held, "while the victim leaves");
+    // The victim is gone: the hold stays, so its GPUs are not taken by the next workload.
+    s.apply(
+        7,
+        Command::ReportStatus {
+            cluster: "a".into(),
+            statuses: vec![LocalStatus {
+                uid: "u-run".into(),
+                attempt: 1,
+                phase: LocalPhase::Evicted {
+                    reason: "preempted".into(),
+                },
+                since: t(735),
+                nodes: Vec::new(),
+            }],
+        },
+    );
+    assert_eq!(carried(&s, t(740)), held, "after the victim left");
+    // A member not in the input (no digest) carries no hold on it.
+    assert!(build_input(&s, |_| None, t(740), 1).preemptors.is_empty());
+    // Given up by the cycle's clock even before a cycle entry prunes the state.
+    let give_up = t(730 + tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS);
+    assert_eq!(s.scheduling.preemptors.len(), 1);
+    assert!(carried(&s, give_up).is_empty(), "given up");
+    // Assigned: it holds nothing any more.
+    s.apply(
+        8,
+        Command::Assign {
+            workload: "wait".into(),
+            cluster: "a".into(),
+            pool: None,
+            at: t(750),
+        },
+    );
+    assert!(carried(&s, t(750)).is_empty(), "started");
+}

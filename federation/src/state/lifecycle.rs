@@ -96,6 +96,7 @@ impl FederationState {
         self.scheduling.preempting.remove(&uid);
         self.scheduling.settling.remove(&uid);
         self.scheduling.reservations.retain(|r| uid != r.uid);
+        self.scheduling.preemptors.retain(|r| uid != r.uid);
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(stored)),
         }
@@ -137,6 +138,7 @@ impl FederationState {
                 self.scheduling.placements.remove(uid);
                 self.scheduling.preempting.remove(uid);
                 self.scheduling.settling.remove(uid);
+                self.scheduling.preemptors.retain(|r| *uid != r.uid);
             }
             removed += 1;
         }

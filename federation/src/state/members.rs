@@ -639,9 +639,12 @@ impl FederationState {
             desired: Desired::Run,
             checkpoint_by: None,
         };
+        let stored = w.clone();
         self.assignments.insert(cluster, &uid, record);
+        // A preemptor that starts no longer holds its victims' capacity.
+        self.scheduling.preemptors.retain(|r| uid != r.uid);
         CommandResult::Created {
-            object: StoredObject::Workload(Box::new(w.clone())),
+            object: StoredObject::Workload(Box::new(stored)),
         }
     }
 

@@ -117,6 +117,15 @@ pub struct SchedulingState {
     /// see no room and preempt a second set of victims for the same workload.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub settling: BTreeMap<String, Settling>,
+    /// Preemptors of applied `Preempt` decisions that have not started, each with the
+    /// cluster its victims leave and when their grace ends. Carried into every cycle's
+    /// input so the capacity the victims free stays held for the preemptor after they are
+    /// gone, as the simulator does; without it the first workload decided after they leave
+    /// takes their GPUs. Dropped when the preemptor is assigned, cancelled or compacted, or
+    /// [`PREEMPTOR_HOLD_GIVE_UP_SECONDS`](tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS)
+    /// after `expected_start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptors: Vec<Reservation>,
 }
 
 /// A preemption whose victims have left, not yet seen in the member's digest.
@@ -189,6 +198,7 @@ impl FederationState {
             }
         }
         for p in d.preempt {
+            let mut marked = false;
             for victim in &p.victims {
                 let runs = self
                     .assignments
@@ -223,8 +233,13 @@ impl FederationState {
                     w.metadata.resource_version = Some(index);
                 }
                 changed += 1;
+                marked = true;
+            }
+            if marked {
+                self.hold_for_preemptor(&p, at);
             }
         }
+        self.drop_given_up_preemptors(at);
         let horizon = at - Duration::seconds(PREEMPTION_MEMORY_SECS);
         self.scheduling.evictions.retain(|t| *t >= horizon);
         self.scheduling.reservations = d.reservations;
@@ -240,6 +255,44 @@ impl FederationState {
         }
         CommandResult::Updated { count: changed }
     }
+
+    /// Records (or renews) the hold of a preemptor still pending whose victims were just told
+    /// to stop: from `at` until their grace ends, and then until it starts or gives up.
+    fn hold_for_preemptor(&mut self, p: &PreemptDecision, at: DateTime<Utc>) {
+        let pending = self
+            .uids
+            .get(p.preemptor.as_str())
+            .and_then(|n| self.workloads.get(n))
+            .and_then(|w| w.status.as_ref())
+            .is_some_and(|st| st.phase == WorkloadPhase::Pending);
+        if !pending {
+            return;
+        }
+        let grace = Duration::seconds(i64::try_from(p.grace_seconds).unwrap_or(i64::MAX / 2));
+        let preemptors = &mut self.scheduling.preemptors;
+        preemptors.retain(|r| r.uid != p.preemptor);
+        preemptors.push(Reservation {
+            uid: p.preemptor.clone(),
+            cluster: p.cluster.clone(),
+            expected_start: at + grace,
+            created_at: at,
+        });
+    }
+
+    /// Drops the preemptor holds given up by `at` (on the entry's time, so every replica
+    /// drops the same ones).
+    fn drop_given_up_preemptors(&mut self, at: DateTime<Utc>) {
+        self.scheduling
+            .preemptors
+            .retain(|r| !preemptor_gave_up(r, at));
+    }
+}
+
+/// Whether a preemptor's hold has lapsed at `now`: it has not started
+/// `PREEMPTOR_HOLD_GIVE_UP_SECONDS` after its victims' grace ended.
+pub fn preemptor_gave_up(r: &Reservation, now: DateTime<Utc>) -> bool {
+    r.expected_start + Duration::seconds(tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS)
+        <= now
 }
 
 #[cfg(test)]
@@ -275,6 +328,149 @@ mod tests {
         let mut ps = planned(TopologyLevel::Zone, "z0");
         placed_where_reported(&mut ps, &[node("n5", Some("r2"))]);
         assert_eq!(ps[0].domain.as_ref().map(|d| d.name.as_str()), Some("z1"));
+    }
+
+    use crate::state::command::Command;
+    use crate::state::members::tests::{setup, t};
+    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
+
+    /// `job` (u1) runs on `a`; `boss` (b1) is pending and preempts it with a 30 s grace at
+    /// `t(10)`.
+    fn preempted() -> FederationState {
+        let mut s = setup(None);
+        let spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("w", 1, 8, "H100")],
+        );
+        let mut w = Workload::new("boss", spec);
+        w.metadata.uid = Some("b1".into());
+        s.apply(
+            4,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "kb".into(),
+                at: t(5),
+            },
+        );
+        s.apply(5, preempt(t(10)));
+        s
+    }
+
+    fn preempt(at: DateTime<Utc>) -> Command {
+        Command::ApplyCycle {
+            decisions: Box::new(CycleDecisions {
+                preempt: vec![PreemptDecision {
+                    preemptor: "b1".into(),
+                    cluster: "a".into(),
+                    victims: vec!["u1".into()],
+                    grace_seconds: 30,
+                }],
+                ..CycleDecisions::default()
+            }),
+            at,
+        }
+    }
+
+    fn empty_cycle(at: DateTime<Utc>) -> Command {
+        Command::ApplyCycle {
+            decisions: Box::default(),
+            at,
+        }
+    }
+
+    #[test]
+    fn a_preempt_decision_records_its_preemptor_until_the_grace_ends() {
+        let s = preempted();
+        assert_eq!(
+            s.scheduling.preemptors,
+            vec![Reservation {
+                uid: "b1".into(),
+                cluster: "a".into(),
+                expected_start: t(40),
+                created_at: t(10),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_preempt_decision_with_no_running_victim_records_nothing() {
+        let mut s = preempted();
+        s.scheduling.preemptors.clear();
+        // u1 is already being preempted, so a second decision for it changes nothing.
+        s.apply(6, preempt(t(20)));
+        assert!(s.scheduling.preemptors.is_empty());
+    }
+
+    #[test]
+    fn an_assigned_preemptor_holds_nothing() {
+        let mut s = preempted();
+        s.apply(
+            6,
+            Command::Assign {
+                workload: "boss".into(),
+                cluster: "a".into(),
+                pool: None,
+                at: t(50),
+            },
+        );
+        assert!(s.scheduling.preemptors.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_or_compacted_preemptor_holds_nothing() {
+        let mut s = preempted();
+        s.apply(
+            6,
+            Command::CancelWorkload {
+                id: "boss".into(),
+                at: t(20),
+            },
+        );
+        assert!(s.scheduling.preemptors.is_empty(), "cancelled");
+        // A hold left on a finished workload (as an older log may have) goes with it.
+        let hold = preempted().scheduling.preemptors;
+        assert_eq!(hold.len(), 1);
+        s.scheduling.preemptors = hold;
+        s.apply(
+            7,
+            Command::CompactWorkloads {
+                names: vec!["boss".into()],
+                before: t(30),
+                at: t(30),
+            },
+        );
+        assert!(!s.workloads.contains_key("boss"));
+        assert!(s.scheduling.preemptors.is_empty(), "compacted");
+    }
+
+    #[test]
+    fn a_hold_is_given_up_after_its_grace_and_the_give_up_time() {
+        let mut s = preempted();
+        let give_up =
+            t(40) + Duration::seconds(tideway_scheduler::input::PREEMPTOR_HOLD_GIVE_UP_SECONDS);
+        s.apply(6, empty_cycle(give_up - Duration::seconds(1)));
+        assert_eq!(s.scheduling.preemptors.len(), 1, "still held");
+        assert!(!preemptor_gave_up(
+            &s.scheduling.preemptors[0],
+            give_up - Duration::seconds(1)
+        ));
+        assert!(preemptor_gave_up(&s.scheduling.preemptors[0], give_up));
+        s.apply(7, empty_cycle(give_up));
+        assert!(s.scheduling.preemptors.is_empty(), "given up");
+    }
+
+    #[test]
+    fn a_snapshot_without_preemptors_decodes_and_one_with_them_round_trips() {
+        let old = r#"{"reservations":[],"placements":{},"preempting":{"u1":"b1"},"evictions":[]}"#;
+        let st: SchedulingState = serde_json::from_str(old).expect("old snapshot");
+        assert!(st.preemptors.is_empty());
+        assert_eq!(st.preempting["u1"], "b1");
+        let s = preempted();
+        let json = serde_json::to_string(&s).expect("encode");
+        let back: FederationState = serde_json::from_str(&json).expect("decode");
+        assert_eq!(back.scheduling.preemptors, s.scheduling.preemptors);
+        assert_eq!(back, s);
     }
 
     #[test]
