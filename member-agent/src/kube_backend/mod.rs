@@ -197,20 +197,30 @@ impl KubeBackend {
                 labels::CHECKPOINT_REQUESTED: "true",
                 labels::EVICT_REASON: reason,
             }}});
-            let pp = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            match self.jobs.patch(&name, &pp, &Patch::Merge(&patch)).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(classify(&format!("annotate job {name}"), e)),
-            }
+            self.annotate_job(&name, &patch).await?;
         }
         Ok(())
     }
 
     /// Every managed job.
+    /// Merge-patches `patch` onto job `name` as our field manager; a job already gone is
+    /// nothing to annotate (it reports itself through its status, or not at all).
+    async fn annotate_job(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        match self.jobs.patch(name, &pp, &Patch::Merge(patch)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(classify(&format!("annotate job {name}"), e)),
+        }
+    }
+
     async fn list_jobs(&self, selector: &str) -> Result<Vec<DynamicObject>, BackendError> {
         let lp = ListParams::default().labels(selector);
         list_all(&self.jobs, lp)
@@ -337,15 +347,7 @@ impl Backend for KubeBackend {
                 labels::PREEMPT_AT: at.to_rfc3339_opts(SecondsFormat::Secs, true),
                 labels::CHECKPOINT_REQUESTED: "true",
             }}});
-            let pp = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            match self.jobs.patch(&name, &pp, &Patch::Merge(&patch)).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(classify(&format!("annotate job {name}"), e)),
-            }
+            self.annotate_job(&name, &patch).await?;
         }
         Ok(())
     }
@@ -370,15 +372,7 @@ impl Backend for KubeBackend {
                 continue;
             }
             let patch = json!({"metadata": {"annotations": {labels::CHECKPOINT_BY: value}}});
-            let pp = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            match self.jobs.patch(&name, &pp, &Patch::Merge(&patch)).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(classify(&format!("annotate job {name}"), e)),
-            }
+            self.annotate_job(&name, &patch).await?;
         }
         Ok(())
     }
