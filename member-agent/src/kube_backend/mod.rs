@@ -180,15 +180,7 @@ impl KubeBackend {
     ) -> Result<(), BackendError> {
         let now = self.now();
         let wanted = deadline(now, grace);
-        for job in self.list_jobs(&labels::uid_selector(uid)).await? {
-            let Some(name) = job.metadata.name.clone() else {
-                continue;
-            };
-            let finished = status::local_status(self.config.mode, &job, now)
-                .is_none_or(|s| s.phase.is_terminal());
-            if finished || job.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
+        for (name, job) in self.live_jobs(uid, now).await? {
             if status::preempt_at(&job).is_some_and(|at| at <= wanted) {
                 continue;
             }
@@ -219,6 +211,25 @@ impl KubeBackend {
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(classify(&format!("annotate job {name}"), e)),
         }
+    }
+
+    /// The workload's jobs that still run or wait, by name: not finished, not being deleted.
+    /// Notices and preemptions are for these only.
+    async fn live_jobs(
+        &self,
+        uid: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(String, DynamicObject)>, BackendError> {
+        let jobs = self.list_jobs(&labels::uid_selector(uid)).await?;
+        Ok(jobs
+            .into_iter()
+            .filter(|job| {
+                job.metadata.deletion_timestamp.is_none()
+                    && status::local_status(self.config.mode, job, now)
+                        .is_some_and(|s| !s.phase.is_terminal())
+            })
+            .filter_map(|job| Some((job.metadata.name.clone()?, job)))
+            .collect())
     }
 
     async fn list_jobs(&self, selector: &str) -> Result<Vec<DynamicObject>, BackendError> {
@@ -325,15 +336,7 @@ impl Backend for KubeBackend {
     async fn preempt(&self, uid: &str, grace: Duration) -> Result<(), BackendError> {
         let now = self.now();
         let wanted = deadline(now, grace);
-        for job in self.list_jobs(&labels::uid_selector(uid)).await? {
-            let Some(name) = job.metadata.name.clone() else {
-                continue;
-            };
-            let finished = status::local_status(self.config.mode, &job, now)
-                .is_none_or(|s| s.phase.is_terminal());
-            if finished || job.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
+        for (name, job) in self.live_jobs(uid, now).await? {
             let current = status::preempt_at(&job);
             let at = current.map_or(wanted, |c| c.min(wanted));
             if at <= now {
@@ -357,18 +360,13 @@ impl Backend for KubeBackend {
     async fn checkpoint(&self, uid: &str, by: DateTime<Utc>) -> Result<(), BackendError> {
         let now = self.now();
         let value = by.to_rfc3339_opts(SecondsFormat::Secs, true);
-        for job in self.list_jobs(&labels::uid_selector(uid)).await? {
-            let Some(name) = job.metadata.name.clone() else {
-                continue;
-            };
-            let finished = status::local_status(self.config.mode, &job, now)
-                .is_none_or(|s| s.phase.is_terminal());
+        for (name, job) in self.live_jobs(uid, now).await? {
             let current = job
                 .metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(labels::CHECKPOINT_BY));
-            if finished || job.metadata.deletion_timestamp.is_some() || current == Some(&value) {
+            if current == Some(&value) {
                 continue;
             }
             let patch = json!({"metadata": {"annotations": {labels::CHECKPOINT_BY: value}}});
