@@ -1027,19 +1027,23 @@ mod tests {
             .collect()
     }
 
+    /// The kinds of the audit records that the log entry at `index` wrote, in order.
+    fn kinds_at(s: &FederationState, index: u64) -> Vec<AuditKind> {
+        s.audit
+            .events
+            .iter()
+            .filter(|e| e.index == index)
+            .map(|e| e.kind)
+            .collect()
+    }
+
     #[test]
     fn a_bundle_without_bindings_leaves_them_alone_and_a_lone_binding_makes_no_version() {
         let mut s = FederationState::default();
         put(&mut s, 1, bundle(8, 8));
         put_binding(&mut s, 2, binding("ml", "batch"));
         assert_eq!(s.policy.current(), 1, "bindings are not the bundle's");
-        let at2: Vec<AuditKind> = s
-            .audit
-            .events
-            .iter()
-            .filter(|e| e.index == 2)
-            .map(|e| e.kind)
-            .collect();
+        let at2 = kinds_at(&s, 2);
         assert_eq!(
             at2,
             vec![AuditKind::AccessChanged],
@@ -1114,13 +1118,7 @@ mod tests {
         assert!(matches!(r, CommandResult::Created { .. }), "{r:?}");
         assert_eq!(s.policy.current(), 3);
         assert!(bound(&s).is_empty());
-        let at4: Vec<AuditKind> = s
-            .audit
-            .events
-            .iter()
-            .filter(|e| e.index == 4)
-            .map(|e| e.kind)
-            .collect();
+        let at4 = kinds_at(&s, 4);
         assert_eq!(
             at4,
             vec![AuditKind::AccessChanged, AuditKind::PolicyChanged]
