@@ -40,3 +40,18 @@ pub fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).expect("write a test file");
     p
 }
+
+/// Two runs decided alike: every job started and ended at the same instants on the same
+/// cluster (the first few differences are named when not).
+pub fn assert_same_starts(fit: &RunOutput, all: &RunOutput) {
+    let key = |o: &RunOutput| -> Vec<_> {
+        o.records
+            .iter()
+            .map(|r| (r.uid.clone(), r.start, r.end, r.cluster.clone()))
+            .collect()
+    };
+    let (a, b) = (key(fit), key(all));
+    assert_eq!(a.len(), b.len());
+    let differ: Vec<_> = a.iter().zip(&b).filter(|(x, y)| x != y).take(5).collect();
+    assert!(differ.is_empty(), "fit vs all: {differ:?}");
+}

@@ -32,16 +32,7 @@ fn pinned_queues_decide_as_with_the_full_view() {
         )
     };
     let (fit, all) = (run("fit"), run("all"));
-    let key = |o: &tideway_simulate::RunOutput| -> Vec<_> {
-        o.records
-            .iter()
-            .map(|r| (r.uid.clone(), r.start, r.end, r.cluster.clone()))
-            .collect()
-    };
-    let (a, b) = (key(&fit), key(&all));
-    assert_eq!(a.len(), b.len());
-    let differ: Vec<_> = a.iter().zip(&b).filter(|(x, y)| x != y).take(5).collect();
-    assert!(differ.is_empty(), "fit vs all: {differ:?}");
+    assert_same_starts(&fit, &all);
     assert_eq!(fit.summary.run.reservations, all.summary.run.reservations);
     // The scenario is contended: work waited on its own VC's nodes.
     assert!(

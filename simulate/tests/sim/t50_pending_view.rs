@@ -33,16 +33,7 @@ fn fit_view_decides_as_the_full_view() {
         simulate(clusters.clone(), p, std::slice::from_ref(&trace), 1)
     };
     let (fit, all) = (run("fit"), run("all"));
-    let key = |o: &tideway_simulate::RunOutput| -> Vec<_> {
-        o.records
-            .iter()
-            .map(|r| (r.uid.clone(), r.start, r.end, r.cluster.clone()))
-            .collect()
-    };
-    let (a, b) = (key(&fit), key(&all));
-    assert_eq!(a.len(), b.len());
-    let differ: Vec<_> = a.iter().zip(&b).filter(|(x, y)| x != y).take(5).collect();
-    assert!(differ.is_empty(), "fit vs all: {differ:?}");
+    assert_same_starts(&fit, &all);
     // The scenario is contended (work waited) and exercised reservations.
     assert!(
         fit.summary.overall.queueing_delay.mean > 600.0,
