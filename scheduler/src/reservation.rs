@@ -71,6 +71,7 @@ impl Cycle<'_> {
         if self.shapes[s].reserve_failed
             || live >= self.tuning.max_reservations as usize
             || !self.big_enough(s)
+            || (self.tuning.reservation_within_guarantee && !self.within_guarantee(idx, s))
         {
             return false;
         }
@@ -136,6 +137,12 @@ impl Cycle<'_> {
     /// `reservation_min_gpus`, by default the largest node of that flavor among its clusters.
     fn big_enough(&self, s: usize) -> bool {
         self.needs_at_least(s, self.tuning.reservation_min_gpus)
+    }
+
+    /// Whether `idx`'s queue stays within its guarantee with shape `s` admitted.
+    fn within_guarantee(&self, idx: u32, s: usize) -> bool {
+        self.queue_of[idx as usize]
+            .is_some_and(|q| self.book.within_guarantee(q, &self.shapes[s].request))
     }
 
     /// Whether some flavor's gang of shape `s` needs at least `min` GPUs, by default the

@@ -18,11 +18,14 @@ mkdir -p "$out"
 rows=(
   "global FIFO|clusters.yaml|policy-fifo.yaml"
   "FIFO + backfill|clusters.yaml|policy-backfill.yaml"
-  "fair share, no reservations (online estimates)|clusters.yaml|policy-fair-noreserve.yaml"
-  "fair share + reservations, no estimates|clusters.yaml|policy-fair-none.yaml"
-  "**fair share + reservations, online estimator (default)**|clusters.yaml|policy-fair.yaml"
-  "fair share + reservations, oracle|clusters.yaml|policy-fair-oracle.yaml"
-  "static partition (default policy per VC)|clusters-partition.yaml|policy-partition.yaml"
+  "fair share, no reservations, no reclaim|clusters.yaml|policy-fair-noreserve.yaml"
+  "fair share + reservations, no reclaim (the previous default)|clusters.yaml|policy-fair-reserve.yaml"
+  "fair share + reservations + reclaim|clusters.yaml|policy-fair-reserve-reclaim.yaml"
+  "**fair share + reclaim, no reservations (default)**|clusters.yaml|policy-fair.yaml"
+  "the default, a checkpoint every 30 min assumed|clusters.yaml|policy-fair-ckpt.yaml"
+  "fair share + reservations, no estimates, no reclaim|clusters.yaml|policy-fair-none.yaml"
+  "fair share + reservations, oracle, no reclaim|clusters.yaml|policy-fair-oracle.yaml"
+  "static partition (reservations, per VC)|clusters-partition.yaml|policy-partition.yaml"
 )
 
 for row in "${rows[@]}"; do
@@ -39,6 +42,14 @@ done
 per_vc() {
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
            $col["queueing_seconds"] != "" { s[$col["tenant"]] += $col["queueing_seconds"]; n[$col["tenant"]]++ }
+           END { for (t in s) printf "%s %.0f\n", t, s[t] / n[t] }' "$1/jobs.csv" | sort
+}
+# Mean delay per VC: completion time minus run time, so a preempted job's wait to run again
+# and the work it lost count too (queueing_seconds counts only the wait for its first start).
+per_vc_delay() {
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+           $col["jct_seconds"] != "" { t = $col["tenant"]; run = ($col["gpu_seconds"] - $col["lost_gpu_seconds"]) / $col["gpus"]
+                                      s[t] += $col["jct_seconds"] - run; n[t]++ }
            END { for (t in s) printf "%s %.0f\n", t, s[t] / n[t] }' "$1/jobs.csv" | sort
 }
 static="$out/policy-partition"
@@ -62,4 +73,10 @@ echo "Per-VC mean queueing (seconds):"
 for row in "${rows[@]}"; do
   IFS='|' read -r label _ policy <<<"$row"
   printf '%s: %s\n' "$label" "$(per_vc "$out/${policy%.yaml}" | tr '\n' ' ')"
+done
+echo
+echo "Per-VC mean delay, completion minus run time (seconds):"
+for row in "${rows[@]}"; do
+  IFS='|' read -r label _ policy <<<"$row"
+  printf '%s: %s\n' "$label" "$(per_vc_delay "$out/${policy%.yaml}" | tr '\n' ' ')"
 done

@@ -279,7 +279,12 @@ impl Fleet {
             queues,
             classes,
             settings: SchedulerSettings::default(),
-            tuning: SchedulerTuning::default(),
+            // Reservations on (they are off by default): most scenarios here are about them,
+            // and the property tests switch them off to compare.
+            tuning: SchedulerTuning {
+                max_reservations: 16,
+                ..SchedulerTuning::default()
+            },
             budget: PreemptionBudget::per_minute(100),
             pending: Vec::new(),
             running: Vec::new(),

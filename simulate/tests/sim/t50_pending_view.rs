@@ -20,9 +20,9 @@ fn fit_view_decides_as_the_full_view() {
     let trace = format!("philly:{PHILLY}?from=2017-10-09&to=2017-10-10");
     let run = |view: &str| {
         let text = base.replace(
-            "simulator:\n  mode: scheduler",
+            "simulator:\n  mode: scheduler\n  tuning: { maxReservations: 16 }",
             &format!(
-                "simulator:\n  mode: scheduler\n  pendingView: {view}\n  tuning: {{ reservationAfterSeconds: 600 }}"
+                "simulator:\n  mode: scheduler\n  pendingView: {view}\n  tuning: {{ maxReservations: 16, reservationAfterSeconds: 600 }}"
             ),
         );
         assert_ne!(

@@ -1,6 +1,6 @@
 //! The decision trace of a small contended replay is pinned: every job's start, end,
-//! cluster, preemptions and pending reasons, for the default policy (fair share,
-//! reservations, the online estimator) on a day of Philly on 16 nodes. A change that is
+//! cluster, preemptions and pending reasons, for the default policy (fair share, guarantee
+//! reclaim, no reservations, the online estimator) on a day of Philly on 16 nodes. A change that is
 //! meant only to make the simulator or the core faster must leave this file as it is; a
 //! change meant to alter decisions regenerates it on purpose with
 //! `TIDEWAY_BLESS=1 cargo test -p tideway-simulate --test sim t70` and says so in its commit.
@@ -22,27 +22,21 @@ fn contended_day_decides_as_pinned() {
         "clusters.yaml",
         "clusters:\n  - name: philly\n    region: philly\n    uniform: { nodes: 16, nodesPerRack: 4, gpusPerNode: 8, model: P100 }\n",
     );
-    let base = std::fs::read_to_string(example("contended/policy-fair.yaml"))
-        .expect("read the example policy");
-    let text = base.replace(
-        "simulator:\n  mode: scheduler",
-        "simulator:\n  mode: scheduler\n  tuning: { reservationAfterSeconds: 600 }",
-    );
-    assert_ne!(
-        text, base,
-        "the policy has the simulator section this test edits"
-    );
-    let policy = write(&dir, "policy.yaml", &text);
+    let policy = example("contended/policy-fair.yaml");
     let trace = format!("philly:{PHILLY}?from=2017-10-09&to=2017-10-10");
     let out = simulate(clusters, policy, std::slice::from_ref(&trace), 0);
 
-    // The scenario exercises what the trace pins: waiting, reservations, learned estimates.
+    // The scenario exercises what the trace pins: waiting, guarantee reclaim, learned
+    // estimates.
     assert!(
         out.summary.overall.queueing_delay.mean > 600.0,
         "{:?}",
         out.summary.overall.queueing_delay
     );
-    assert!(out.summary.run.reservations > 0, "no reservation was made");
+    assert!(
+        out.summary.overall.preemptions > 0,
+        "no guarantee was reclaimed"
+    );
     let est = out.summary.estimates.as_ref().expect("estimate summary");
     assert!(
         est.estimated > 0,
