@@ -161,6 +161,24 @@ pub struct AssignmentPage {
 pub struct StatusReport {
     /// Phase changes since the last report; replays are harmless.
     pub statuses: Vec<LocalStatus>,
+    /// Checkpoints written by running workloads since the last report, so preemption and
+    /// reclaim know the work a stop would lose (the newest per attempt; replays are
+    /// harmless). Absent from older agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<ReportedCheckpoint>,
+}
+
+/// A checkpoint a running workload wrote, as its member reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportedCheckpoint {
+    /// The workload's uid.
+    pub uid: String,
+    /// The attempt that wrote it; checkpoints of older attempts are ignored.
+    pub attempt: u32,
+    /// When it was written (member clock, like a status's `since`).
+    pub at: DateTime<Utc>,
 }
 
 /// The answer to a heartbeat.

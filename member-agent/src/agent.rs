@@ -6,7 +6,7 @@
 //! answers again the agent re-registers, resumes its assignments from the last revision it
 //! applied, and re-sends every status (all of it idempotent).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use tideway_api::digest::CapacityDigest;
 use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
 use tokio::sync::watch;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, ReportedCheckpoint};
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -485,7 +485,13 @@ async fn report_never_started<B: Backend>(
     );
     let c = fed.current();
     match c
-        .report_status(&cfg.cluster, &StatusReport { statuses })
+        .report_status(
+            &cfg.cluster,
+            &StatusReport {
+                statuses,
+                checkpoints: Vec::new(),
+            },
+        )
         .await
     {
         Ok(_) => true,
@@ -522,29 +528,46 @@ async fn report_statuses<B: Backend>(
     backend: Arc<B>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // What the federation has acknowledged, so only changes are sent.
+    // What the federation has acknowledged, so only changes are sent. Both maps keep only
+    // what the cluster still holds: finished work the cluster forgot is forgotten here too.
     let mut sent: BTreeMap<(String, u32), LocalStatus> = BTreeMap::new();
+    let mut sent_checkpoints: BTreeMap<(String, u32), DateTime<Utc>> = BTreeMap::new();
     let mut tick = tokio::time::interval(cfg.status_interval);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let statuses = match backend.statuses().await {
-            Ok(s) => s,
+        let (statuses, checkpoints) = match backend.report().await {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read local statuses");
                 continue;
             }
         };
+        let held: BTreeSet<(&str, u32)> = statuses
+            .iter()
+            .map(|s| (s.uid.as_str(), s.attempt))
+            .collect();
+        sent.retain(|(uid, attempt), _| held.contains(&(uid.as_str(), *attempt)));
+        sent_checkpoints.retain(|(uid, attempt), _| held.contains(&(uid.as_str(), *attempt)));
         let changed: Vec<LocalStatus> = statuses
-            .into_iter()
+            .iter()
             .filter(|s| {
                 sent.get(&(s.uid.clone(), s.attempt))
                     .is_none_or(|prev| prev.phase != s.phase)
             })
+            .cloned()
             .collect();
-        if changed.is_empty() {
+        let new_checkpoints: Vec<ReportedCheckpoint> = checkpoints
+            .into_iter()
+            .filter(|c| {
+                sent_checkpoints
+                    .get(&(c.uid.clone(), c.attempt))
+                    .is_none_or(|prev| *prev < c.at)
+            })
+            .collect();
+        if changed.is_empty() && new_checkpoints.is_empty() {
             continue;
         }
         let c = fed.current();
@@ -553,6 +576,7 @@ async fn report_statuses<B: Backend>(
                 &cfg.cluster,
                 &StatusReport {
                     statuses: changed.clone(),
+                    checkpoints: new_checkpoints.clone(),
                 },
             )
             .await
@@ -560,6 +584,9 @@ async fn report_statuses<B: Backend>(
             Ok(_) => {
                 for s in changed {
                     sent.insert((s.uid.clone(), s.attempt), s);
+                }
+                for cp in new_checkpoints {
+                    sent_checkpoints.insert((cp.uid, cp.attempt), cp.at);
                 }
             }
             Err(e) => fed.rotate(c, &e),

@@ -47,5 +47,6 @@ mod t95_node_fault;
 mod t96_deploy;
 mod t97_member_loss;
 mod t97_tidal;
+mod t98_checkpoint_report;
 mod t98_tidal_audit;
 mod t99_chaos;

@@ -134,11 +134,7 @@ pub fn capture(
                 .unwrap_or_default(),
             started_at: st.started_at,
             admitted_at,
-            last_checkpoint_at: w
-                .spec
-                .checkpoint
-                .as_ref()
-                .and_then(|c| c.last_checkpoint_at),
+            last_checkpoint_at: w.last_checkpoint_at(),
             preemptible_after: st
                 .started_at
                 .map(|s| s + Duration::seconds(MIN_RUNTIME_BEFORE_PREEMPTION_SECS)),

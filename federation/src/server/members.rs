@@ -199,15 +199,38 @@ pub async fn status(
     // report as a no-op, and the agent, taking that for delivered, would never send it again
     // (the workload would stay Running on the federation's side for ever).
     st.read_barrier(false).await?;
-    let statuses = st.read(|d| {
-        report
-            .statuses
-            .into_iter()
-            .filter(|s| d.state.status_takes_effect(&name, s))
-            .collect::<Vec<_>>()
+    let (statuses, checkpoints) = st.read(|d| {
+        (
+            report
+                .statuses
+                .into_iter()
+                .filter(|s| d.state.status_takes_effect(&name, s))
+                .collect::<Vec<_>>(),
+            report
+                .checkpoints
+                .into_iter()
+                .filter(|c| d.state.checkpoint_takes_effect(&name, c))
+                .collect::<Vec<_>>(),
+        )
     })?;
+    // Checkpoints first: a report that says both "checkpointed" and "finished" records the
+    // checkpoint while the workload still runs.
+    let mut updated = 0;
+    if !checkpoints.is_empty() {
+        match st
+            .proposer
+            .propose(Command::ReportCheckpoints {
+                cluster: name.clone().into(),
+                checkpoints,
+            })
+            .await?
+        {
+            CommandResult::Updated { count } => updated += count,
+            other => return Err(ApiError::unexpected(other)),
+        }
+    }
     if statuses.is_empty() {
-        return Ok(Json(StatusAck { updated: 0 }));
+        return Ok(Json(StatusAck { updated }));
     }
     // Counted once committed, and only for reports that took effect (not replays).
     let evicted = statuses
@@ -226,7 +249,9 @@ pub async fn status(
             if evicted > 0 {
                 st.metrics.evicted(&name, evicted);
             }
-            Ok(Json(StatusAck { updated: count }))
+            Ok(Json(StatusAck {
+                updated: updated + count,
+            }))
         }
         other => Err(ApiError::unexpected(other)),
     }

@@ -505,6 +505,7 @@ impl FederationState {
             }
             st.cluster = None;
             st.started_at = None;
+            st.last_checkpoint_at = None;
             st.nodes.clear();
             if st.attempts >= MAX_ATTEMPTS_ON_LOSS {
                 st.phase = WorkloadPhase::Failed;
@@ -679,6 +680,7 @@ impl FederationState {
                 status.pending_reason = Some(PendingReason::Queued);
                 status.cluster = None;
                 status.started_at = None;
+                status.last_checkpoint_at = None;
                 status.nodes.clear();
                 status.message = Some(why);
             };
