@@ -11,12 +11,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use tideway_api::MemberPhase;
+use tideway_api::agent::Heartbeat;
 use tideway_api::clock::SharedClock;
 use tideway_api::digest::CapacityDigest;
+use tideway_api::digest_delta::{self, DeltaError, VersionedDigest};
 
 use openraft::ReadPolicy;
 
 use super::DispatchConfig;
+use crate::propose::forward::BeatOutcome;
 use crate::propose::{ProposeError, Proposer, accepted};
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
@@ -25,8 +28,17 @@ use crate::state::command::Command;
 #[derive(Debug, Clone)]
 struct Beat {
     last: Instant,
-    digest: Option<CapacityDigest>,
+    /// The digest the leader holds for the member, the base of its next delta: the freshest
+    /// heard, or (for a new leader) the replicated one.
+    digest: Option<VersionedDigest>,
     replicated_at: Option<Instant>,
+}
+
+/// What [`Liveness::beat`] decided.
+struct Beaten {
+    outcome: BeatOutcome,
+    /// The digest to replicate now, when one is due.
+    due: Option<CapacityDigest>,
 }
 
 /// The leader's memory of heartbeats, timed on the node's clock.
@@ -68,17 +80,25 @@ impl Liveness {
         &self.clock
     }
 
-    /// Records a heartbeat; returns whether its digest should be replicated now.
-    pub fn beat(
+    /// Records a heartbeat: the member is alive, and its digest (full, or a delta against
+    /// the digest held) becomes the one held. A delta against another base changes nothing
+    /// but liveness. Says whether a digest is due for replication, and which.
+    ///
+    /// Checked and applied under one lock, so two heartbeats of one member can never both
+    /// apply a delta to the same base.
+    fn beat(
         &self,
         name: &str,
-        digest: CapacityDigest,
+        hb: &Heartbeat,
         replicated: Option<&CapacityDigest>,
         cfg: &DispatchConfig,
-    ) -> bool {
+    ) -> Result<Beaten, DeltaError> {
         let now = self.clock.instant();
         let Ok(mut beats) = self.beats.lock() else {
-            return false;
+            return Ok(Beaten {
+                outcome: BeatOutcome::default(),
+                due: None,
+            });
         };
         let b = beats.entry(name.to_string()).or_insert(Beat {
             last: now,
@@ -86,25 +106,43 @@ impl Liveness {
             replicated_at: None,
         });
         b.last = now;
-        let due = match (replicated, b.replicated_at) {
-            (None, _) | (_, None) => true,
-            (Some(old), Some(at)) => {
-                now.duration_since(at) >= cfg.digest_interval || significant_change(old, &digest)
-            }
-        };
-        if due {
-            b.replicated_at = Some(now);
+        if b.digest.is_none() {
+            // A new leader (or the first heartbeat since registration) holds what was
+            // replicated: an agent whose base is that digest can go on with deltas.
+            b.digest = replicated.cloned().map(VersionedDigest::new);
         }
-        b.digest = Some(digest);
-        due
+        let mut outcome = BeatOutcome::default();
+        let mut due = None;
+        match digest_delta::receive(b.digest.as_ref(), hb) {
+            Ok(Some(next)) => {
+                let is_due = match (replicated, b.replicated_at) {
+                    (None, _) | (_, None) => true,
+                    (Some(old), Some(at)) => {
+                        now.duration_since(at) >= cfg.digest_interval
+                            || significant_change(old, &next.digest)
+                    }
+                };
+                if is_due {
+                    b.replicated_at = Some(now);
+                    due = Some(next.digest.clone());
+                }
+                b.digest = Some(next);
+            }
+            Ok(None) => {}
+            Err(DeltaError::BaseUnknown { .. }) => outcome.base_unknown = true,
+            Err(e) => return Err(e),
+        }
+        outcome.replicated = due.is_some();
+        outcome.version = b.digest.as_ref().map(|d| d.version.clone());
+        Ok(Beaten { outcome, due })
     }
 
     /// The freshest digest the leader has heard for a member.
     pub fn latest_digest(&self, name: &str) -> Option<CapacityDigest> {
-        self.beats
-            .lock()
-            .ok()
-            .and_then(|b| b.get(name).and_then(|b| b.digest.clone()))
+        self.beats.lock().ok().and_then(|b| {
+            b.get(name)
+                .and_then(|b| b.digest.as_ref().map(|d| d.digest.clone()))
+        })
     }
 
     /// Time since the last heartbeat; a member never heard from starts its clock now.
@@ -131,7 +169,8 @@ impl Liveness {
 }
 
 /// The leader's handling of one heartbeat: remember it, bring a NotReady member back to
-/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated.
+/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated
+/// and which digest version the leader holds.
 ///
 /// The answer is the agent's lease: it is given only once this node has confirmed it still
 /// leads (a leader cut off from the others must not keep an agent running work that the real
@@ -143,8 +182,8 @@ pub async fn heartbeat(
     proposer: &Proposer,
     cfg: &DispatchConfig,
     name: &str,
-    digest: CapacityDigest,
-) -> Result<bool, ProposeError> {
+    hb: &Heartbeat,
+) -> Result<BeatOutcome, ProposeError> {
     let known = {
         let d = data
             .read()
@@ -165,7 +204,12 @@ pub async fn heartbeat(
             "member cluster '{name}' is not registered; register first"
         )));
     };
-    let due = live.beat(name, digest.clone(), replicated.as_ref(), cfg);
+    let Beaten { outcome, due } = live
+        .beat(name, hb, replicated.as_ref(), cfg)
+        .map_err(|e| ProposeError::field(e.field(), e.to_string()))?;
+    if outcome.base_unknown {
+        tracing::debug!(member = %name, "digest delta against a base not held: asking for a full digest");
+    }
     if phase == MemberPhase::NotReady {
         tracing::info!(member = %name, "member heartbeats resumed: Ready");
         accepted(
@@ -180,7 +224,7 @@ pub async fn heartbeat(
                 .await?,
         )?;
     }
-    if due {
+    if let Some(digest) = due {
         accepted(
             proposer
                 .propose(Command::MemberDigest {
@@ -194,7 +238,7 @@ pub async fn heartbeat(
     raft.ensure_linearizable(ReadPolicy::LeaseRead)
         .await
         .map_err(|e| ProposeError::Unavailable(format!("leadership not confirmed: {e}")))?;
-    Ok(due)
+    Ok(outcome)
 }
 
 /// Marks members NotReady when their heartbeats stop. Runs on every node; acts on the leader.
