@@ -326,3 +326,108 @@ pub async fn health_monitor(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use tideway_api::PoolKind;
+    use tideway_api::clock::ManualClock;
+    use tideway_api::digest::{GpuCounts, PoolDigest};
+    use tideway_api::digest_delta::DigestDelta;
+
+    fn digest(free: u32, secs: i64) -> CapacityDigest {
+        let mut hist = vec![0u32; 9];
+        hist[free as usize] = 1;
+        CapacityDigest {
+            cluster: "m1".into(),
+            generated_at: Utc.timestamp_opt(1_700_000_000 + secs, 0).single().unwrap(),
+            pools: vec![PoolDigest {
+                pool: "train".into(),
+                kind: PoolKind::Training,
+                flavor: "H100".into(),
+                counts: GpuCounts {
+                    total: 8,
+                    allocated: 8 - free,
+                    unhealthy: 0,
+                    cordoned: 0,
+                    free_histogram: hist,
+                },
+                domains: Vec::new(),
+            }],
+        }
+    }
+
+    fn delta(from: &CapacityDigest, to: &CapacityDigest) -> Heartbeat {
+        let d = DigestDelta::between(
+            &VersionedDigest::new(from.clone()),
+            &VersionedDigest::new(to.clone()),
+        )
+        .unwrap();
+        Heartbeat::delta(d)
+    }
+
+    fn live() -> Liveness {
+        let start = Utc.timestamp_opt(1_700_000_000, 0).single().unwrap();
+        Liveness::new(Arc::new(ManualClock::new(start)))
+    }
+
+    #[test]
+    fn deltas_apply_to_the_held_digest_only() {
+        let live = live();
+        let cfg = DispatchConfig::default();
+        let (a, b, c) = (digest(8, 0), digest(4, 2), digest(2, 4));
+        let first = live
+            .beat("m1", &Heartbeat::full(a.clone()), None, &cfg)
+            .unwrap();
+        assert_eq!(first.outcome.version, Some(a.version()));
+        assert!(first.outcome.replicated && !first.outcome.base_unknown);
+        assert_eq!(first.due, Some(a.clone()));
+
+        let second = live.beat("m1", &delta(&a, &b), Some(&a), &cfg).unwrap();
+        assert_eq!(second.outcome.version, Some(b.version()));
+        assert_eq!(live.latest_digest("m1"), Some(b.clone()));
+
+        // A delta against a digest the leader no longer holds changes nothing but liveness.
+        let stale = live.beat("m1", &delta(&a, &c), Some(&a), &cfg).unwrap();
+        assert!(stale.outcome.base_unknown && stale.due.is_none());
+        assert_eq!(stale.outcome.version, Some(b.version()));
+        assert_eq!(live.latest_digest("m1"), Some(b.clone()));
+
+        // A new leader holds what was replicated (a, here): a delta against it applies, a
+        // delta against the newer b the old leader held is refused.
+        live.forget_all();
+        let refused = live.beat("m1", &delta(&b, &c), Some(&a), &cfg).unwrap();
+        assert!(refused.outcome.base_unknown);
+        assert_eq!(refused.outcome.version, Some(a.version()));
+        assert_eq!(live.latest_digest("m1"), Some(a.clone()));
+        let applied = live.beat("m1", &delta(&a, &c), Some(&a), &cfg).unwrap();
+        assert_eq!(applied.outcome.version, Some(c.version()));
+        assert_eq!(live.latest_digest("m1"), Some(c));
+    }
+
+    #[test]
+    fn a_digest_less_heartbeat_is_liveness() {
+        let live = live();
+        let cfg = DispatchConfig::default();
+        let a = digest(8, 0);
+        live.beat("m1", &Heartbeat::full(a.clone()), None, &cfg)
+            .unwrap();
+        let unchanged = delta(&a, &digest(8, 10));
+        let out = live.beat("m1", &unchanged, Some(&a), &cfg).unwrap();
+        assert!(!out.outcome.base_unknown);
+        assert_eq!(
+            live.latest_digest("m1").map(|d| d.generated_at),
+            Some(digest(8, 10).generated_at),
+            "an unchanged heartbeat refreshes when the numbers were taken"
+        );
+        let bare = Heartbeat {
+            digest: None,
+            digest_delta: None,
+        };
+        let out = live.beat("m1", &bare, Some(&a), &cfg).unwrap();
+        assert_eq!(out.outcome.version, Some(a.version()));
+        assert!(out.due.is_none() && !out.outcome.base_unknown);
+        assert_eq!(live.silence("m1"), std::time::Duration::ZERO);
+    }
+}
