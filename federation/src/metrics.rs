@@ -62,6 +62,15 @@ pub struct CapacityLabel {
     pub state: String,
 }
 
+/// A member's heartbeats by what they carried: `full` (a whole digest), `delta` (changes since
+/// the acknowledged digest), `unchanged` (a delta with no change), `none` (liveness only), and
+/// `resync` for deltas whose base the leader did not hold.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeartbeatLabel {
+    pub cluster: String,
+    pub digest: String,
+}
+
 /// An HTTP route by its matched path template (`/v1/workloads/{id}`, never the raw path:
 /// one series per route, not per workload), method and status.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +104,8 @@ pub struct Metrics {
     commit_index: Gauge<i64, AtomicI64>,
     apply_lag: Gauge<i64, AtomicI64>,
     http: Family<HttpLabel, Histogram, fn() -> Histogram>,
+    heartbeats: Family<HeartbeatLabel, Counter>,
+    heartbeat_bytes: Family<HeartbeatLabel, Counter>,
 }
 
 fn http_histogram() -> Histogram {
@@ -229,7 +240,21 @@ impl Default for Metrics {
             "HTTP requests by method, matched route template and status",
             http.clone(),
         );
+        let heartbeats = Family::<HeartbeatLabel, Counter>::default();
+        registry.register(
+            "member_heartbeats",
+            "Member heartbeats this node received, by what they carried (full digest, delta, unchanged, none) and resyncs (a delta whose base the leader did not hold)",
+            heartbeats.clone(),
+        );
+        let heartbeat_bytes = Family::<HeartbeatLabel, Counter>::default();
+        registry.register(
+            "member_heartbeat_bytes",
+            "Request body bytes of the member heartbeats this node received, by what they carried",
+            heartbeat_bytes.clone(),
+        );
         Self {
+            heartbeats,
+            heartbeat_bytes,
             rejected,
             evictions,
             fragmentation,
@@ -301,6 +326,18 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Counts a member's heartbeat of `bytes` by what it carried (see [`HeartbeatLabel`]).
+    pub fn heartbeat(&self, cluster: &str, digest: &str, bytes: usize) {
+        let label = HeartbeatLabel {
+            cluster: cluster.to_string(),
+            digest: digest.to_string(),
+        };
+        self.heartbeats.get_or_create(&label).inc();
+        self.heartbeat_bytes
+            .get_or_create(&label)
+            .inc_by(bytes as u64);
     }
 
     /// Counts workloads a member reported evicted.

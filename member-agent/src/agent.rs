@@ -14,11 +14,10 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::{DateTime, Utc};
 
-use tideway_api::agent::{
-    Desired, Heartbeat, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
-};
+use tideway_api::agent::{Desired, LocalPhase, LocalStatus, RegisterRequest, StatusReport};
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
+use tideway_api::digest_delta::DeltaSender;
 use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
 use tokio::sync::watch;
 
@@ -285,6 +284,9 @@ async fn register<B: Backend>(
     }
 }
 
+/// Heartbeats every interval. Each carries the capacity digest, as a delta against the one
+/// the federation last said it holds once a federation names versions (see
+/// [`DeltaSender`]); a federation that lacks the delta's base gets the full digest at once.
 async fn heartbeats<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
@@ -293,6 +295,7 @@ async fn heartbeats<B: Backend>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(cfg.heartbeat_interval);
+    let mut sender = DeltaSender::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -305,19 +308,33 @@ async fn heartbeats<B: Backend>(
                 continue;
             }
         };
-        let c = fed.current();
-        let sent = tokio::time::Instant::now();
-        match c.heartbeat(&cfg.cluster, &Heartbeat { digest }).await {
-            Ok(ack) => {
-                lease
-                    .renew(sent, ack.lease_ms.map(Duration::from_millis))
-                    .await
+        let mut hb = sender.heartbeat(digest.clone());
+        // A second round only when the federation asked for the full digest.
+        for _ in 0..2 {
+            let c = fed.current();
+            let sent = tokio::time::Instant::now();
+            match c.heartbeat(&cfg.cluster, &hb).await {
+                Ok(ack) => {
+                    lease
+                        .renew(sent, ack.lease_ms.map(Duration::from_millis))
+                        .await;
+                    if sender.acknowledged(&ack) && hb.digest.is_none() {
+                        tracing::debug!(cluster = %cfg.cluster, "digest base unknown to the federation: sending the full digest");
+                        hb = sender.heartbeat(digest.clone());
+                        continue;
+                    }
+                }
+                Err(e) if e.is_not_found() => {
+                    // The federation does not know us (a fresh cluster, or a restored backup).
+                    sender.failed();
+                    let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
+                }
+                Err(e) => {
+                    sender.failed();
+                    fed.rotate(c, &e);
+                }
             }
-            Err(e) if e.is_not_found() => {
-                // The federation does not know us (a fresh cluster, or a restored backup).
-                let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
-            }
-            Err(e) => fed.rotate(c, &e),
+            break;
         }
     }
 }

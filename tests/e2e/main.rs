@@ -43,6 +43,7 @@ mod t93_docs;
 mod t93_logs;
 mod t94_cli_output;
 mod t95_dashboard;
+mod t95_digest_deltas;
 mod t95_node_fault;
 mod t96_deploy;
 mod t97_member_loss;

@@ -97,18 +97,17 @@ pub async fn heartbeat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<HeartbeatAck>, ApiError> {
     member_name(&name)?;
+    let bytes = body.as_ref().map_or(0, |b| b.len());
     let hb: Heartbeat = json_body(body)?;
-    if hb.digest.cluster != name {
-        return Err(ApiError::field(
-            "digest.cluster",
-            format!(
-                "is '{}', but the heartbeat is for '{name}'",
-                hb.digest.cluster
-            ),
-        ));
-    }
+    heartbeat_fits(&name, &hb).map_err(|(field, why)| ApiError::field(field, why))?;
+    let carried = match (&hb.digest, &hb.digest_delta) {
+        (Some(_), _) => "full",
+        (None, Some(d)) if d.pools.is_empty() => "unchanged",
+        (None, Some(_)) => "delta",
+        (None, None) => "none",
+    };
     // Liveness lives on the leader: a follower passes the heartbeat on.
-    let due = match st.forwarder.remote_leader().await? {
+    let outcome = match st.forwarder.remote_leader().await? {
         Some(leader) => {
             let fwd = HeartbeatForward {
                 member: name.clone(),
@@ -124,16 +123,41 @@ pub async fn heartbeat(
                 &st.proposer,
                 &st.dispatch,
                 &name,
-                hb.digest,
+                &hb,
             )
             .await?
         }
     };
+    st.metrics.heartbeat(&name, carried, bytes);
+    if outcome.base_unknown {
+        st.metrics.heartbeat(&name, "resync", 0);
+    }
     Ok(Json(HeartbeatAck {
         member: ClusterName::from(name),
-        digest_replicated: due,
+        digest_replicated: outcome.replicated,
         lease_ms: Some(st.dispatch.agent_lease().as_millis() as u64),
+        digest_version: outcome.version,
+        digest_base_unknown: outcome.base_unknown,
     }))
+}
+
+/// Whether a heartbeat is well formed for member `name`: at most one of a full digest and a
+/// delta, and a full digest of this member. The field and the reason when not. Checked on the
+/// node that received it and again on the leader.
+pub(crate) fn heartbeat_fits(name: &str, hb: &Heartbeat) -> Result<(), (&'static str, String)> {
+    if hb.digest.is_some() && hb.digest_delta.is_some() {
+        return Err((
+            "digestDelta",
+            "a heartbeat carries a full digest or a delta, not both".into(),
+        ));
+    }
+    match &hb.digest {
+        Some(d) if d.cluster != name => Err((
+            "digest.cluster",
+            format!("is '{}', but the heartbeat is for '{name}'", d.cluster),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
