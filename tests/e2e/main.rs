@@ -49,3 +49,4 @@ mod t97_member_loss;
 mod t97_tidal;
 mod t98_tidal_audit;
 mod t99_chaos;
+mod t94_finished_work_leaves_member;
