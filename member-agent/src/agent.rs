@@ -6,7 +6,7 @@
 //! answers again the agent re-registers, resumes its assignments from the last revision it
 //! applied, and re-sends every status (all of it idempotent).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -14,7 +14,9 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::{DateTime, Utc};
 
-use tideway_api::agent::{Desired, LocalPhase, LocalStatus, RegisterRequest, StatusReport};
+use tideway_api::agent::{
+    AssignmentRecord, Desired, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
+};
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
 use tideway_api::digest_delta::DeltaSender;
@@ -350,6 +352,9 @@ async fn follow_assignments<B: Backend>(
     // guarantees nothing assigned while we were away is missed.
     let mut revision = 0u64;
     let mut resumed = 0u64;
+    // Whether the finished work the federation no longer lists was forgotten since the last
+    // replay from revision 0 began.
+    let mut swept = false;
     let mut delays = retry_delays();
     // Notices passed to the backend, by (uid, deadline): each once per agent run (the
     // backends are idempotent too, for the replay after a restart).
@@ -363,6 +368,7 @@ async fn follow_assignments<B: Backend>(
             if st.resumed != resumed {
                 resumed = st.resumed;
                 revision = 0;
+                swept = false;
             }
             if !st.may_run(tokio::time::Instant::now()) {
                 drop(st);
@@ -456,6 +462,10 @@ async fn follow_assignments<B: Backend>(
                 if all_ok && !gone.is_empty() {
                     all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &gone).await;
                 }
+                // A page from revision 0 lists every assignment the federation still holds.
+                if all_ok && revision == 0 && !swept {
+                    swept = forget_unlisted(backend.as_ref(), &page.items).await;
+                }
                 if all_ok {
                     revision = page.revision;
                     delays = retry_delays();
@@ -539,6 +549,61 @@ fn never_started(
         .collect()
 }
 
+/// Forgets the finished work the federation no longer lists at all. A success (or a
+/// failure, an eviction, a move) is answered with `Desired::Cancel`, and the agent removes the
+/// work; but an agent away for longer than the federation's retention never sees that Cancel,
+/// because compaction drops the assignment record. Without this sweep such a member would keep
+/// that work for ever (the sim in its state file, Kubernetes as finished Jobs). Only terminal
+/// work is touched: what still runs or waits is the federation's to stop, and every report of
+/// work the federation still wants to hear about is for a listed assignment. Answers whether
+/// the sweep completed (if not, the next full replay tries again).
+async fn forget_unlisted<B: Backend>(backend: &B, listed: &[AssignmentRecord]) -> bool {
+    let held = match backend.statuses().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read local statuses");
+            return false;
+        }
+    };
+    let stale = unlisted_terminal(&held, listed);
+    let mut forgotten = 0usize;
+    for uid in &stale {
+        match backend.remove(uid).await {
+            Ok(()) => forgotten += 1,
+            Err(e) => {
+                tracing::warn!(%uid, error = %e, "cannot remove finished work");
+                return false;
+            }
+        }
+    }
+    if forgotten > 0 {
+        tracing::info!(
+            forgotten,
+            "removed finished work the federation no longer lists (compacted while away)"
+        );
+    }
+    true
+}
+
+/// The uids of `held` that finished (every attempt held is terminal) and that no record of
+/// `listed` names, each once.
+fn unlisted_terminal(held: &[LocalStatus], listed: &[AssignmentRecord]) -> Vec<String> {
+    let listed: HashSet<&str> = listed.iter().map(|r| r.assignment.uid()).collect();
+    let active: HashSet<&str> = held
+        .iter()
+        .filter(|s| !s.phase.is_terminal())
+        .map(|s| s.uid.as_str())
+        .collect();
+    let mut out: Vec<String> = held
+        .iter()
+        .filter(|s| !listed.contains(s.uid.as_str()) && !active.contains(s.uid.as_str()))
+        .map(|s| s.uid.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 async fn report_statuses<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
@@ -562,7 +627,9 @@ async fn report_statuses<B: Backend>(
                 continue;
             }
         };
-        let held: BTreeSet<(&str, u32)> = statuses
+        // Work the cluster no longer holds (removed after a Cancel) is forgotten here too,
+        // or these maps would grow with every workload the member ever ran.
+        let held: HashSet<(&str, u32)> = statuses
             .iter()
             .map(|s| (s.uid.as_str(), s.attempt))
             .collect();
@@ -835,6 +902,55 @@ mod tests {
         );
         assert_eq!(out[2].phase, LocalPhase::Failed { reason: why });
         assert_eq!(active(&b), vec!["u1".to_string()], "u1 checkpoints first");
+    }
+
+    fn record(uid: &str, desired: Desired) -> AssignmentRecord {
+        AssignmentRecord {
+            revision: 1,
+            assignment: assignment(uid, 1, 8, Some(60)),
+            desired,
+            checkpoint_by: None,
+        }
+    }
+
+    #[test]
+    fn a_cancel_after_success_and_a_replay_without_the_record_both_forget_finished_work() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let clock = Arc::new(ManualClock::new(t(0)));
+        let b = SimBackend::new(small(), clock.clone());
+        for uid in ["done", "compacted", "listed", "runs"] {
+            let mut a = assignment(uid, 1, 8, Some(60));
+            if uid == "runs" {
+                a.workload.spec.runtime_estimate_seconds = Some(3600);
+            }
+            rt.block_on(b.ensure(&a)).expect("ensure");
+        }
+        clock.advance(Duration::from_secs(120));
+        let finished: Vec<String> = futures_statuses(&b)
+            .into_iter()
+            .filter(|s| s.phase == LocalPhase::Succeeded)
+            .map(|s| s.uid)
+            .collect();
+        assert_eq!(finished.len(), 3, "{finished:?}");
+        // The federation recorded the success of "done" and answered with Cancel: the agent
+        // removes it, as follow_assignments does for every Cancel.
+        rt.block_on(b.remove("done")).expect("remove");
+        // Then a full replay: "compacted" is no longer listed (compacted while the agent was
+        // away), "listed" still is (its success not yet recorded), "runs" still runs.
+        let listed = [record("listed", Desired::Run), record("runs", Desired::Run)];
+        assert_eq!(
+            unlisted_terminal(&futures_statuses(&b), &listed),
+            vec!["compacted".to_string()]
+        );
+        assert!(rt.block_on(forget_unlisted(&b, &listed)));
+        let mut left: Vec<String> = futures_statuses(&b).into_iter().map(|s| s.uid).collect();
+        left.sort();
+        assert_eq!(left, vec!["listed".to_string(), "runs".to_string()]);
+        // Work that still runs is never swept, listed or not.
+        assert!(rt.block_on(forget_unlisted(&b, &[])));
+        assert_eq!(active(&b), vec!["runs".to_string()]);
     }
 
     #[test]

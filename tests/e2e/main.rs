@@ -42,6 +42,7 @@ mod t92_metrics;
 mod t93_docs;
 mod t93_logs;
 mod t94_cli_output;
+mod t94_finished_work_leaves_member;
 mod t95_dashboard;
 mod t95_digest_deltas;
 mod t95_node_fault;
