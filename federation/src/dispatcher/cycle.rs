@@ -354,9 +354,11 @@ pub async fn schedule_loop(
         }
         cycle += 1;
         let now = clock.now();
-        let locked = clock.instant();
-        let (captured, version, copied) = {
+        let began = clock.instant();
+        let (captured, version, copied, locked) = {
             let Ok(d) = data.read() else { continue };
+            // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
+            let locked = clock.instant();
             // Without a Ready member nothing can be placed or preempted: skip the cycle
             // rather than copy the whole backlog to learn that.
             let any_ready = d.state.members.values().any(|m| {
@@ -375,13 +377,13 @@ pub async fn schedule_loop(
                 capture(&d.state, &backlog, |n| live.latest_digest(n), now, cycle),
                 d.state.policy.current(),
                 copied,
+                locked,
             )
         };
+        let held = clock.instant().saturating_duration_since(locked);
+        metrics.observe_cycle_lock(held);
         tracing::debug!(
-            held_us = clock
-                .instant()
-                .saturating_duration_since(locked)
-                .as_micros() as u64,
+            held_us = held.as_micros() as u64,
             copied,
             "cycle input read under the state lock"
         );
@@ -398,6 +400,7 @@ pub async fn schedule_loop(
         pause = pause.max(took * 4);
         let (decisions, notices) = {
             let Ok(d) = data.read() else { continue };
+            let relocked = clock.instant();
             let notices = checkpoints_of(&d.state, &output);
             for n in &notices {
                 tracing::info!(
@@ -451,8 +454,11 @@ pub async fn schedule_loop(
                             .map_or("", |w| w.spec.queue.as_str())
                     }),
             );
+            drop(d);
+            metrics.observe_cycle_lock(clock.instant().saturating_duration_since(relocked));
             (decisions, notices)
         };
+        metrics.observe_cycle_wall(clock.instant().saturating_duration_since(began));
         let by_uid = output
             .decisions
             .iter()
