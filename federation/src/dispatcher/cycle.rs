@@ -517,6 +517,8 @@ pub async fn schedule_loop(
         let mut cursors_now = std::mem::take(&mut cursors);
         let core_clock = clock.clone();
         let Ok(ran) = tokio::task::spawn_blocking(move || {
+            let mut taken = taken;
+            taken.settle();
             let est = learned_of(&taken);
             let started = core_clock.instant();
             let (input, output, window, runs) = super::window::run(
