@@ -350,6 +350,16 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         loaded.p99 / empty.p99.max(f64::EPSILON)
     );
 
+    // On a loaded machine leadership can move during the fill: the reads below go to the
+    // leader of now, and a move during them is retried there (and said).
+    let first_leader = leader;
+    let leader = c.wait_for_leader(Duration::from_secs(60)).await?;
+    if leader != first_leader {
+        println!("  (leadership moved during the run: node {first_leader} -> node {leader})");
+    }
+    let addr = c.addr(leader).context("the leader has no address")?;
+    let client = Client::with_http(&addr, http.clone());
+
     // List: 200 successive pages of 100, following the continue tokens (the last page
     // starts over), each page its own request.
     let mut after = None;
@@ -361,7 +371,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             ..Default::default()
         };
         let t = RealClock.instant();
-        let page = client.list(&q).await?;
+        let page = retried(|| client.list(&q)).await?;
         pages.push(t.elapsed());
         after = page.continue_;
     }
@@ -370,7 +380,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let mut status = Vec::with_capacity(50);
     for _ in 0..50 {
         let t = RealClock.instant();
-        client.cluster_status().await?;
+        retried(|| client.cluster_status()).await?;
         status.push(t.elapsed());
     }
     println!("  cluster status x50: {}", percentiles(&mut status));
@@ -428,6 +438,23 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A request retried a few times (a leader change answers 503 for a moment).
+async fn retried<T, F, Fut>(f: F) -> anyhow::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tideway_api::client::ClientError>>,
+{
+    let mut last = None;
+    for _ in 0..20 {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last.map_or_else(|| anyhow::anyhow!("no attempt"), anyhow::Error::from))
 }
 
 async fn leader_metrics(http: &reqwest::Client, addr: &str) -> anyhow::Result<String> {
