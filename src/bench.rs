@@ -78,6 +78,9 @@ pub enum BenchCmd {
         /// Submissions timed on the empty and on the loaded cluster.
         #[arg(long, default_value_t = 2000)]
         probe: u64,
+        /// Member clusters to register (agent loops on simulated clusters, in this process).
+        #[arg(long, default_value_t = 100)]
+        members: usize,
     },
 }
 
@@ -117,11 +120,13 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             pending,
             clients,
             probe,
+            members,
         } => {
             crate::bench_scale::run(crate::bench_scale::ScaleArgs {
                 pending,
                 clients,
                 probe,
+                members,
             })
             .await
         }

@@ -106,6 +106,8 @@ pub struct Metrics {
     http: Family<HttpLabel, Histogram, fn() -> Histogram>,
     heartbeats: Family<HeartbeatLabel, Counter>,
     heartbeat_bytes: Family<HeartbeatLabel, Counter>,
+    cycle_lock_held: Histogram,
+    cycle_wall: Histogram,
 }
 
 fn http_histogram() -> Histogram {
@@ -252,9 +254,25 @@ impl Default for Metrics {
             "Request body bytes of the member heartbeats this node received, by what they carried",
             heartbeat_bytes.clone(),
         );
+        // Apply waits while the cycle reads the state: the bound is a millisecond, so the
+        // buckets start at 10 µs.
+        let cycle_lock_held = Histogram::new(exponential_buckets(0.000_01, 2.0, 18));
+        registry.register(
+            "scheduler_cycle_lock_held_seconds",
+            "Time one scheduling cycle held the state lock (each hold: input, decisions)",
+            cycle_lock_held.clone(),
+        );
+        let cycle_wall = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "scheduler_cycle_wall_seconds",
+            "Time from a cycle's first read of the state to its decisions ready to propose",
+            cycle_wall.clone(),
+        );
         Self {
             heartbeats,
             heartbeat_bytes,
+            cycle_lock_held,
+            cycle_wall,
             rejected,
             evictions,
             fragmentation,
@@ -298,6 +316,16 @@ impl Metrics {
                 .get_or_create(&QueueLabel { queue: q.clone() })
                 .set(*n);
         }
+    }
+
+    /// One hold of the state lock by the scheduling cycle.
+    pub fn observe_cycle_lock(&self, d: Duration) {
+        self.cycle_lock_held.observe(d.as_secs_f64());
+    }
+
+    /// A whole cycle: reading the state, building the input, the core, the decisions.
+    pub fn observe_cycle_wall(&self, d: Duration) {
+        self.cycle_wall.observe(d.as_secs_f64());
     }
 
     pub fn observe_assign(&self, d: Duration) {
