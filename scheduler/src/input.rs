@@ -312,6 +312,14 @@ pub struct SchedulerTuning {
     /// Per-cluster lists inside a `PendingReason` are cut to this many entries (the full
     /// breakdown is in the explanation), so 100,000 reasons stay small.
     pub max_reason_clusters: usize,
+    /// Only gangs of at least this many GPUs (of one flavor) reclaim their queue's lent
+    /// guarantee from equal-priority borrowers of the cohort; unset: every workload within
+    /// its guarantee does. Smaller work of a queue below its guarantee is still ordered
+    /// first by fair share and fits into the next freed GPUs, so evicting a borrower for it
+    /// (losing the victim's work when it cannot checkpoint) buys little; a gang of whole
+    /// nodes, by contrast, may never see them freed without reclaim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_gpus: Option<u64>,
 }
 
 impl Default for SchedulerTuning {
@@ -333,6 +341,7 @@ impl Default for SchedulerTuning {
             pool_affinity: true,
             spread_label: "tideway.dev/replica-of".to_owned(),
             max_reason_clusters: 5,
+            reclaim_min_gpus: None,
         }
     }
 }

@@ -80,7 +80,11 @@ impl Cycle<'_> {
         let base = class.value;
         let s = self.shape_of[idx as usize] as usize;
         let reclaim = self.book.queues[q].has_cohort
-            && self.book.within_guarantee(q, &self.shapes[s].request);
+            && self.book.within_guarantee(q, &self.shapes[s].request)
+            && self
+                .tuning
+                .reclaim_min_gpus
+                .is_none_or(|min| self.needs_at_least(s, Some(min)));
         if self.shapes[s].preempt_failed.contains(&(q, base, reclaim)) {
             return false;
         }

@@ -135,9 +135,15 @@ impl Cycle<'_> {
     /// Whether the shape is big enough for a reservation: some flavor's gang needs at least
     /// `reservation_min_gpus`, by default the largest node of that flavor among its clusters.
     fn big_enough(&self, s: usize) -> bool {
+        self.needs_at_least(s, self.tuning.reservation_min_gpus)
+    }
+
+    /// Whether some flavor's gang of shape `s` needs at least `min` GPUs, by default the
+    /// largest node of that flavor among its clusters (work that needs whole nodes).
+    pub(super) fn needs_at_least(&self, s: usize, min: Option<u64>) -> bool {
         let shape = &self.shapes[s];
         shape.needs.iter().any(|(f, need)| {
-            let min = self.tuning.reservation_min_gpus.unwrap_or_else(|| {
+            let min = min.unwrap_or_else(|| {
                 shape
                     .candidates
                     .iter()
