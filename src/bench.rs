@@ -44,12 +44,24 @@ pub enum BenchCmd {
         /// Concurrent submitting clients.
         #[arg(long, default_value_t = 32)]
         clients: usize,
-        /// dev's clock speed: each workload runs 60 simulated seconds.
-        #[arg(long, default_value_t = 3600.0)]
+        /// dev's clock speed: each workload runs 60 simulated seconds. Keep it modest: a
+        /// real second of CPU starvation is `time_scale` seconds of fleet time, and beyond a
+        /// few heartbeat intervals the members are declared lost.
+        #[arg(long, default_value_t = 60.0)]
         time_scale: f64,
         /// Simulated seconds finished workloads stay readable before compaction.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 60)]
         retain_terminal: u64,
+        /// Pause submitting while the live state holds more workloads than this.
+        #[arg(long, default_value_t = 3000)]
+        max_live: u64,
+        /// dev's member heartbeat interval (milliseconds): fast, so a status report follows a
+        /// finish quickly and the fleet turns over.
+        #[arg(long, default_value_t = 200)]
+        member_heartbeat_ms: u64,
+        /// Print the RSS every this many acknowledged submissions.
+        #[arg(long, default_value_t = 20_000)]
+        every: u64,
         /// Seconds to wait, after the last submission, for the live state to empty.
         #[arg(long, default_value_t = 900)]
         settle_timeout: u64,
@@ -66,6 +78,9 @@ pub enum BenchCmd {
         /// Submissions timed on the empty and on the loaded cluster.
         #[arg(long, default_value_t = 2000)]
         probe: u64,
+        /// Member clusters to register (agent loops on simulated clusters, in this process).
+        #[arg(long, default_value_t = 100)]
+        members: usize,
     },
 }
 
@@ -84,6 +99,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             clients,
             time_scale,
             retain_terminal,
+            max_live,
+            member_heartbeat_ms,
+            every,
             settle_timeout,
         } => {
             crate::bench_rss::run(crate::bench_rss::RssRun {
@@ -91,6 +109,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
                 clients,
                 time_scale,
                 retain_terminal,
+                max_live,
+                member_heartbeat_ms,
+                every,
                 settle_timeout: Duration::from_secs(settle_timeout),
             })
             .await
@@ -99,11 +120,13 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             pending,
             clients,
             probe,
+            members,
         } => {
             crate::bench_scale::run(crate::bench_scale::ScaleArgs {
                 pending,
                 clients,
                 probe,
+                members,
             })
             .await
         }

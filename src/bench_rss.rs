@@ -20,6 +20,13 @@ pub struct RssRun {
     pub clients: usize,
     pub time_scale: f64,
     pub retain_terminal: u64,
+    /// Submissions pause while the live state holds more workloads than this, so the run
+    /// measures a federation that keeps up, not a backlog growing without bound.
+    pub max_live: u64,
+    /// dev's member heartbeat (and status report) interval, in milliseconds.
+    pub member_heartbeat_ms: u64,
+    /// An RSS line every this many acknowledged submissions.
+    pub every: u64,
     /// Give up waiting for compaction after this long.
     pub settle_timeout: Duration,
 }
@@ -63,6 +70,10 @@ fn start_dev(run: &RssRun) -> anyhow::Result<(Dev, String, String)> {
         .args(["dev", "--listen", &addr])
         .args(["--time-scale", &run.time_scale.to_string()])
         .args(["--retain-terminal", &run.retain_terminal.to_string()])
+        .args([
+            "--member-heartbeat-ms",
+            &run.member_heartbeat_ms.to_string(),
+        ])
         .arg("--data")
         .arg(dir.path().join("data"))
         .env("TIDEWAY_CONFIG", dir.path().join("config"))
@@ -86,10 +97,69 @@ fn start_dev(run: &RssRun) -> anyhow::Result<(Dev, String, String)> {
     Ok((dev, addr, token))
 }
 
+/// Workloads in the live state by phase, from `/metrics` (a count over the state, far
+/// cheaper than `/v1/cluster/status`, which encodes the whole state for its digest).
+#[derive(Debug, Clone, Copy, Default)]
+struct Live {
+    /// Every workload the state holds (finished ones until compaction).
+    total: u64,
+    /// Not finished: pending, assigned, running.
+    active: u64,
+}
+
+fn parse_live(metrics: &str) -> Live {
+    let mut live = Live::default();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("tideway_workloads{phase=\"") else {
+            continue;
+        };
+        let Some((phase, value)) = rest.split_once("\"}") else {
+            continue;
+        };
+        let n: u64 = value.trim().parse().unwrap_or(0);
+        live.total += n;
+        if !matches!(phase, "Succeeded" | "Failed" | "Cancelled") {
+            live.active += n;
+        }
+    }
+    live
+}
+
+async fn live_now(http: &reqwest::Client, addr: &str, token: &str) -> anyhow::Result<Live> {
+    let text = http
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    Ok(parse_live(&text))
+}
+
+/// The 1-minute load average (Linux), to say how busy the machine was.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// One RSS reading of the table printed at the end.
+struct Mark {
+    moment: String,
+    secs: f64,
+    rss_kib: u64,
+    live: Live,
+    load: String,
+}
+
 pub async fn run(run: RssRun) -> anyhow::Result<()> {
     let (dev, addr, token) = start_dev(&run)?;
     let pid = dev.child.id();
     let client = Client::with_token(&addr, Some(&token))?;
+    let http = reqwest::Client::new();
     let clock = RealClock;
     let start = clock.instant();
     while client.cluster_status().await.is_err() {
@@ -100,13 +170,65 @@ pub async fn run(run: RssRun) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_start = rss_kib(pid)?;
+    let marks = Arc::new(std::sync::Mutex::new(vec![Mark {
+        moment: "start (dev idle)".into(),
+        secs: 0.0,
+        rss_kib: rss_start,
+        live: live_now(&http, &addr, &token).await.unwrap_or_default(),
+        load: load_average(),
+    }]));
     let peak = Arc::new(AtomicU64::new(rss_start));
     let next = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    // The live count the submitters pace on, refreshed by the sampler below.
+    let live_total = Arc::new(AtomicU64::new(0));
+    let live_active = Arc::new(AtomicU64::new(0));
+    let t0 = clock.instant();
+    let sampler = {
+        let (peak, acked, total) = (peak.clone(), acked.clone(), run.workloads);
+        let (live_total, live_active) = (live_total.clone(), live_active.clone());
+        let (http, addr, token) = (http.clone(), addr.clone(), token.clone());
+        tokio::spawn(async move {
+            let clock = RealClock;
+            let mut last_print = clock.instant();
+            let mut first = true;
+            loop {
+                let rss = rss_kib(pid).unwrap_or(0);
+                peak.fetch_max(rss, Ordering::Relaxed);
+                if let Ok(l) = live_now(&http, &addr, &token).await {
+                    live_total.store(l.total, Ordering::Relaxed);
+                    live_active.store(l.active, Ordering::Relaxed);
+                }
+                if first || last_print.elapsed() >= Duration::from_secs(10) {
+                    first = false;
+                    last_print = clock.instant();
+                    eprintln!(
+                        "{:>6.0} s  acknowledged {}/{total}  live {} (active {})  rss {} MiB  load {}",
+                        t0.elapsed().as_secs_f64(),
+                        acked.load(Ordering::Relaxed),
+                        live_total.load(Ordering::Relaxed),
+                        live_active.load(Ordering::Relaxed),
+                        rss / 1024,
+                        load_average()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
     let mut tasks = Vec::new();
     for _ in 0..run.clients {
-        let (client, next, total) = (client.clone(), next.clone(), run.workloads);
+        let (client, next, acked, total) =
+            (client.clone(), next.clone(), acked.clone(), run.workloads);
+        let (live_total, live_active, marks) =
+            (live_total.clone(), live_active.clone(), marks.clone());
+        let (max_live, every) = (run.max_live, run.every.max(1));
         tasks.push(tokio::spawn(async move {
             loop {
+                // Paced: the live state stays below max_live (the sampler refreshes it).
+                while live_total.load(Ordering::Relaxed) > max_live {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
                     return;
@@ -120,77 +242,122 @@ pub async fn run(run: RssRun) -> anyhow::Result<()> {
                 {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                live_total.fetch_add(1, Ordering::Relaxed);
+                let a = acked.fetch_add(1, Ordering::Relaxed) + 1;
+                if a % every == 0 && a < total {
+                    let mark = Mark {
+                        moment: format!("{a} acknowledged"),
+                        secs: t0.elapsed().as_secs_f64(),
+                        rss_kib: rss_kib(pid).unwrap_or(0),
+                        live: Live {
+                            total: live_total.load(Ordering::Relaxed),
+                            active: live_active.load(Ordering::Relaxed),
+                        },
+                        load: load_average(),
+                    };
+                    if let Ok(mut m) = marks.lock() {
+                        m.push(mark);
+                    }
+                }
             }
         }));
     }
-    let sampler = {
-        let (peak, next, total) = (peak.clone(), next.clone(), run.workloads);
-        tokio::spawn(async move {
-            let clock = RealClock;
-            let t0 = clock.instant();
-            loop {
-                if let Ok(r) = rss_kib(pid) {
-                    peak.fetch_max(r, Ordering::Relaxed);
-                }
-                let sent = next.load(Ordering::Relaxed).min(total);
-                eprintln!(
-                    "{:>6.0} s  submitted {sent}  rss {} MiB",
-                    t0.elapsed().as_secs_f64(),
-                    rss_kib(pid).unwrap_or(0) / 1024
-                );
-                tokio::time::sleep(Duration::from_secs(10)).await;
-            }
-        })
-    };
     for t in tasks {
         t.await?;
     }
-    let submitted_after = start.elapsed();
+    let submitted_after = t0.elapsed();
     let rss_submitted = rss_kib(pid)?;
-    // The status encodes the whole state for its digest: on a loaded machine it may time out,
-    // which is no reason to lose the run.
-    let live_now = || async {
-        loop {
-            match client.cluster_status().await {
-                Ok(s) => return s.workloads,
-                Err(e) => eprintln!("cluster status: {e}; retrying"),
-            }
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
+    let live_at_submitted = live_now(&http, &addr, &token).await.unwrap_or_default();
+    let mark = |moment: String, rss_kib: u64, live: Live| Mark {
+        moment,
+        secs: t0.elapsed().as_secs_f64(),
+        rss_kib,
+        live,
+        load: load_average(),
     };
-    let live_at_submitted = live_now().await;
+    let mut table = marks
+        .lock()
+        .map(|mut m| std::mem::take(&mut *m))
+        .unwrap_or_default();
+    table.push(mark(
+        format!("all {} acknowledged", run.workloads),
+        rss_submitted,
+        live_at_submitted,
+    ));
     // Wait until every workload has finished and been compacted out of the live state.
     let settle = clock.instant();
     let mut live = live_at_submitted;
-    while live > 0 && settle.elapsed() < run.settle_timeout {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        live = live_now().await;
+    while live.total > 0 && settle.elapsed() < run.settle_timeout {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        match live_now(&http, &addr, &token).await {
+            Ok(l) => live = l,
+            Err(e) => eprintln!("metrics: {e}; retrying"),
+        }
     }
+    // A moment for the allocator to settle after the last compaction.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_after = rss_kib(pid)?;
     sampler.abort();
+    table.push(mark("after compaction".into(), rss_after, live));
     let peak = peak.load(Ordering::Relaxed).max(rss_submitted);
     let mib = |k: u64| k as f64 / 1024.0;
-    println!("workloads submitted:          {}", run.workloads);
+    println!("| moment | time | RSS | live (active) | load |");
+    println!("|---|---:|---:|---:|---:|");
+    for m in &table {
+        println!(
+            "| {} | {:.0} s | {:.0} MiB | {} ({}) | {} |",
+            m.moment,
+            m.secs,
+            mib(m.rss_kib),
+            m.live.total,
+            m.live.active,
+            m.load
+        );
+    }
+    println!();
+    println!("workloads submitted:   {}", run.workloads);
     println!(
-        "submission took:              {:.0} s",
-        submitted_after.as_secs_f64()
+        "submission took:       {:.0} s ({:.0} submissions/s, never more than {} live)",
+        submitted_after.as_secs_f64(),
+        run.workloads as f64 / submitted_after.as_secs_f64().max(0.001),
+        run.max_live
     );
-    println!("rss at start:                 {:.1} MiB", mib(rss_start));
-    println!("rss peak:                     {:.1} MiB", mib(peak));
+    println!("rss at start:          {:.1} MiB", mib(rss_start));
+    println!("rss peak:              {:.1} MiB", mib(peak));
     println!(
-        "rss when all were submitted:  {:.1} MiB ({live_at_submitted} workloads in the live state)",
-        mib(rss_submitted)
+        "rss at last ack:       {:.1} MiB ({} live)",
+        mib(rss_submitted),
+        live_at_submitted.total
     );
     println!(
-        "rss after compaction:         {:.1} MiB ({live} workloads in the live state, {:.0} s later)",
+        "rss after compaction:  {:.1} MiB ({} live, {:.0} s after the last ack)",
         mib(rss_after),
+        live.total,
         settle.elapsed().as_secs_f64()
     );
-    if live > 0 {
+    if live.total > 0 {
         bail!(
-            "{live} workloads were still live after {:?}",
+            "{} workloads were still live after {:?}",
+            live.total,
             run.settle_timeout
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_counts_every_phase_and_active_only_the_unfinished() {
+        let text = "# HELP tideway_workloads Workloads\n\
+            tideway_workloads{phase=\"Pending\"} 5\n\
+            tideway_workloads{phase=\"Running\"} 7\n\
+            tideway_workloads{phase=\"Succeeded\"} 11\n\
+            tideway_workloads_other{phase=\"Pending\"} 100\n\
+            tideway_member_phase{cluster=\"a\"} 1\n";
+        let l = parse_live(text);
+        assert_eq!((l.total, l.active), (23, 12));
+    }
 }

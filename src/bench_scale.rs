@@ -6,6 +6,11 @@
 //! Every figure is taken from outside, the way an operator would see it: HTTP round trips,
 //! the leader's own `/metrics`, `/proc/<pid>/status`. The same run therefore measures the
 //! binary as shipped, at any size the machine can hold.
+//!
+//! `--members` real agent loops (in this process, on simulated clusters of the dev layouts)
+//! register and heartbeat as shipped agents do, so every cycle has capacity to consider: a
+//! few hundred workloads fit, the rest of the backlog stays pending and is looked at again
+//! every cycle.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +27,96 @@ pub struct ScaleArgs {
     pub pending: u64,
     pub clients: usize,
     pub probe: u64,
+    pub members: usize,
+}
+
+/// The layouts the members take in turn (the `tideway dev` clusters: 40 to 80 GPUs each).
+const LAYOUTS: [(&str, &[u8]); 3] = [
+    ("eu-west", include_bytes!("../deploy/dev/sim-eu.yaml")),
+    ("us-east", include_bytes!("../deploy/dev/sim-us.yaml")),
+    ("ap-south", include_bytes!("../deploy/dev/sim-ap.yaml")),
+];
+
+/// Starts `n` agent loops against `federation`, each on its own simulated cluster, and waits
+/// until the federation lists them all; the sender stops them.
+async fn start_members(
+    n: usize,
+    federation: Vec<String>,
+    client: &Client,
+) -> anyhow::Result<(
+    tokio::sync::watch::Sender<bool>,
+    Vec<tokio::task::JoinHandle<Result<(), tideway_agent::agent::AgentError>>>,
+)> {
+    use tideway_agent::sim_agent::{Layout, SimAgent, SimOptions};
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        let (region, layout) = LAYOUTS[i % LAYOUTS.len()];
+        let sim = SimAgent::build(&SimOptions {
+            layout: Layout::Bytes(layout),
+            cluster: Some(format!("scale-{i:03}")),
+            region: Some(region.to_string()),
+            clock: RealClock::shared(),
+            data: None,
+        })?;
+        let cfg =
+            tideway_agent::agent::AgentConfig::new(&sim.cluster, &sim.region, federation.clone());
+        agents.push(tokio::spawn(tideway_agent::agent::run(
+            cfg,
+            Arc::new(sim.backend),
+            stop.clone(),
+        )));
+    }
+    let deadline = RealClock.instant() + Duration::from_secs(120);
+    loop {
+        let ready = client.members().await.map(|l| {
+            l.items
+                .iter()
+                .filter(|m| {
+                    m.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == tideway_api::MemberPhase::Ready)
+                })
+                .count()
+        });
+        if let Ok(r) = ready
+            && r >= n
+        {
+            return Ok((stop_tx, agents));
+        }
+        if RealClock.instant() > deadline {
+            anyhow::bail!("only {ready:?} of {n} members Ready after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A mix of shapes, classes and priorities, so the cycle sees more than one kind of work:
+/// rack-bound 8-GPU H100 gangs, two-pod A100 gangs, 4-GPU L40S inference, 1-GPU H100 jobs.
+fn scale_body(name: &str, i: u64) -> String {
+    let (class, prio, pods, gpus, flavor, topology) = match i % 4 {
+        0 => (
+            "training",
+            "normal",
+            1,
+            8,
+            "H100",
+            r#","topology":{"required":"rack"}"#,
+        ),
+        1 => (
+            "training",
+            "high",
+            2,
+            8,
+            "A100",
+            r#","topology":{"required":"rack"}"#,
+        ),
+        2 => ("inference", "normal", 1, 4, "L40S", ""),
+        _ => ("experiment", "low", 1, 1, "H100", ""),
+    };
+    format!(
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}"}},"spec":{{"queue":"default","class":"{class}","priorityClass":"{prio}","podSets":[{{"name":"worker","count":{pods},"gpusPerPod":{gpus},"flavor":"{flavor}"}}],"gang":{{"minCount":{pods}}}{topology},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
+    )
 }
 
 /// Latency percentiles in ms of a set of samples (sorted in place).
@@ -82,7 +177,7 @@ async fn submit_n(
                     return Ok::<_, anyhow::Error>(lat);
                 }
                 let name = format!("scale-{tag}-{i}");
-                let body = crate::bench::workload_body(&name);
+                let body = scale_body(&name, i);
                 let mut attempts = 0;
                 loop {
                     let sent = RealClock.instant();
@@ -143,6 +238,54 @@ fn histogram_mean(text: &str, name: &str) -> Option<(f64, f64)> {
     Some((value("_sum")?, value("_count")?))
 }
 
+/// Percentiles of a Prometheus histogram in a text exposition, in seconds, interpolated
+/// linearly inside the bucket they fall in (the buckets double, so a figure is good to
+/// within its bucket); `None` without observations.
+fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.split('{')
+                .next()
+                .is_some_and(|m| m.ends_with(&format!("{name}_bucket")))
+        })
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    Some(
+        qs.iter()
+            .map(|q| {
+                let want = q * total;
+                let mut prev = (0.0, 0.0);
+                for &(le, n) in &buckets {
+                    if n >= want {
+                        if le.is_infinite() {
+                            return prev.0;
+                        }
+                        let span = (n - prev.1).max(f64::EPSILON);
+                        return prev.0 + (le - prev.0) * ((want - prev.1) / span).clamp(0.0, 1.0);
+                    }
+                    prev = (le, n);
+                }
+                prev.0
+            })
+            .collect(),
+    )
+}
+
 /// The resident set of a process, in MiB, from `/proc` (Linux only).
 fn rss_mib(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -166,9 +309,21 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         .build()?;
     let client = Client::with_http(&addr, http.clone());
     println!(
-        "scale: 3 nodes, leader {leader}; {} pending workloads through POST /v1/workloads",
-        args.pending
+        "scale: 3 nodes, leader {leader}; {} members; {} workloads through POST /v1/workloads",
+        args.members, args.pending
     );
+    let members = if args.members > 0 {
+        let started = RealClock.instant();
+        let m = start_members(args.members, c.addrs(), &client).await?;
+        println!(
+            "  {} members registered and Ready in {:.1} s",
+            args.members,
+            started.elapsed().as_secs_f64()
+        );
+        Some(m)
+    } else {
+        None
+    };
 
     let mut empty = submit_n(&http, &addr, 16, args.probe, "empty").await?;
     let empty = percentiles(&mut empty);
@@ -195,6 +350,16 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         loaded.p99 / empty.p99.max(f64::EPSILON)
     );
 
+    // On a loaded machine leadership can move during the fill: the reads below go to the
+    // leader of now, and a move during them is retried there (and said).
+    let first_leader = leader;
+    let leader = c.wait_for_leader(Duration::from_secs(60)).await?;
+    if leader != first_leader {
+        println!("  (leadership moved during the run: node {first_leader} -> node {leader})");
+    }
+    let addr = c.addr(leader).context("the leader has no address")?;
+    let client = Client::with_http(&addr, http.clone());
+
     // List: 200 successive pages of 100, following the continue tokens (the last page
     // starts over), each page its own request.
     let mut after = None;
@@ -206,7 +371,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             ..Default::default()
         };
         let t = RealClock.instant();
-        let page = client.list(&q).await?;
+        let page = retried(|| client.list(&q)).await?;
         pages.push(t.elapsed());
         after = page.continue_;
     }
@@ -215,24 +380,29 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let mut status = Vec::with_capacity(50);
     for _ in 0..50 {
         let t = RealClock.instant();
-        client.cluster_status().await?;
+        retried(|| client.cluster_status()).await?;
         status.push(t.elapsed());
     }
     println!("  cluster status x50: {}", percentiles(&mut status));
 
-    let metrics = http
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    match histogram_mean(&metrics, "scheduler_cycle_seconds") {
-        Some((sum, n)) if n > 0.0 => println!(
-            "  scheduler cycle: {n:.0} cycles, mean {:.1} ms",
-            sum / n * 1000.0
-        ),
-        _ => println!("  scheduler cycle: no cycle recorded in /metrics"),
+    // The leader has been cycling over the whole backlog while it was filled and probed;
+    // a quiet half minute gives the figures of cycles over the full backlog alone.
+    let before = leader_metrics(&http, &addr).await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let metrics = leader_metrics(&http, &addr).await?;
+    for (label, name) in [
+        ("core", "scheduler_cycle_seconds"),
+        ("whole cycle", "scheduler_cycle_wall_seconds"),
+        ("lock held", "scheduler_cycle_lock_held_seconds"),
+    ] {
+        print_histogram(label, name, &metrics, Some(&before));
+        print_histogram(label, name, &metrics, None);
     }
+    print_gauge(
+        &metrics,
+        "tideway_workloads",
+        "workloads by phase on the leader",
+    );
 
     if let Some(rss) = c.pid(leader).and_then(rss_mib) {
         println!("  leader RSS: {rss:.0} MiB");
@@ -261,5 +431,98 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         "  node {follower} restarted and caught up in {:.2} s",
         t.elapsed().as_secs_f64()
     );
+    if let Some((stop, agents)) = members {
+        let _ = stop.send(true);
+        for a in agents {
+            let _ = a.await;
+        }
+    }
     Ok(())
+}
+
+/// A request retried a few times (a leader change answers 503 for a moment).
+async fn retried<T, F, Fut>(f: F) -> anyhow::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tideway_api::client::ClientError>>,
+{
+    let mut last = None;
+    for _ in 0..20 {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last.map_or_else(|| anyhow::anyhow!("no attempt"), anyhow::Error::from))
+}
+
+async fn leader_metrics(http: &reqwest::Client, addr: &str) -> anyhow::Result<String> {
+    Ok(http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?)
+}
+
+/// A histogram's count, mean, p50 and p99: over the whole run, or (given the exposition
+/// of an earlier scrape) over what was observed since.
+fn print_histogram(label: &str, name: &str, now: &str, since: Option<&str>) {
+    let text = match since {
+        Some(before) => difference(now, before),
+        None => now.to_string(),
+    };
+    let span = if since.is_some() {
+        "last 30 s"
+    } else {
+        "whole run"
+    };
+    let mean = histogram_mean(&text, name);
+    match (mean, histogram_quantiles(&text, name, &[0.5, 0.99])) {
+        (Some((sum, n)), Some(q)) if n > 0.0 => println!(
+            "  cycle {label} ({span}): {n:.0} samples, mean {:.3} ms  p50 {:.3} ms  p99 {:.3} ms  ({name})",
+            sum / n * 1000.0,
+            q[0] * 1000.0,
+            q[1] * 1000.0
+        ),
+        _ => println!("  cycle {label} ({span}): none recorded ({name})"),
+    }
+}
+
+/// Every sample of `now` minus the same series in `before` (counters and histograms only
+/// grow, so the difference is what happened between the scrapes).
+fn difference(now: &str, before: &str) -> String {
+    let old: std::collections::HashMap<&str, f64> = before
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            Some((series, v.parse().ok()?))
+        })
+        .collect();
+    now.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let v: f64 = v.parse().ok()?;
+            Some(format!(
+                "{series} {}",
+                v - old.get(series).copied().unwrap_or(0.0)
+            ))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A gauge family's series (`name{labels} value`), on one line.
+fn print_gauge(text: &str, name: &str, what: &str) {
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter_map(|l| l.strip_prefix(name))
+        .collect();
+    if !series.is_empty() {
+        println!("  {what}: {}", series.join(", "));
+    }
 }

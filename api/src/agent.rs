@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::digest::CapacityDigest;
+use crate::digest_delta::{DigestDelta, DigestVersion};
 use crate::member_cluster::MemberCluster;
 use crate::names::ClusterName;
 use crate::workload::{NodeGpus, Workload};
@@ -139,8 +140,33 @@ pub struct RegisterRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Heartbeat {
-    /// The member's capacity now; replaces the previous digest whole.
-    pub digest: CapacityDigest,
+    /// The member's capacity now; replaces the previous digest whole. Every federation reads
+    /// it; an agent sends it until an answer names a `digestVersion`, and whenever the
+    /// federation does not hold the base of a delta.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<CapacityDigest>,
+    /// Instead of `digest`: only what changed since the version the federation's last
+    /// answer named (`digestVersion`). Sent only to federations that name versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_delta: Option<DigestDelta>,
+}
+
+impl Heartbeat {
+    /// A heartbeat with the full digest.
+    pub fn full(digest: CapacityDigest) -> Self {
+        Self {
+            digest: Some(digest),
+            digest_delta: None,
+        }
+    }
+
+    /// A heartbeat with a delta against an acknowledged digest.
+    pub fn delta(delta: DigestDelta) -> Self {
+        Self {
+            digest: None,
+            digest_delta: Some(delta),
+        }
+    }
 }
 
 /// `GET /v1/members/{name}/assignments?after=REV&waitSeconds=N`.
@@ -161,6 +187,24 @@ pub struct AssignmentPage {
 pub struct StatusReport {
     /// Phase changes since the last report; replays are harmless.
     pub statuses: Vec<LocalStatus>,
+    /// Checkpoints written by running workloads since the last report, so preemption and
+    /// reclaim know the work a stop would lose (the newest per attempt; replays are
+    /// harmless). Absent from older agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<ReportedCheckpoint>,
+}
+
+/// A checkpoint a running workload wrote, as its member reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportedCheckpoint {
+    /// The workload's uid.
+    pub uid: String,
+    /// The attempt that wrote it; checkpoints of older attempts are ignored.
+    pub attempt: u32,
+    /// When it was written (member clock, like a status's `since`).
+    pub at: DateTime<Utc>,
 }
 
 /// The answer to a heartbeat.
@@ -180,6 +224,16 @@ pub struct HeartbeatAck {
     /// federations (no lease: the agent keeps its work running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
+    /// The version of the digest the federation now holds for the member: the agent's next
+    /// heartbeat may carry a delta against it. Absent from older federations (they read full
+    /// digests only) and while the federation holds no digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_version: Option<DigestVersion>,
+    /// The heartbeat's delta named a base the federation does not hold (a new leader, a
+    /// restart, or it holds another digest): nothing of it was applied, the heartbeat counted
+    /// for liveness only, and the agent should send its full digest now.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub digest_base_unknown: bool,
 }
 
 /// The answer to a status report.

@@ -39,11 +39,14 @@ pub enum AuditKind {
     AccessChanged,
     /// A running workload was asked to checkpoint by a coming quota boundary, and keep running.
     CheckpointRequested,
+    /// A member reported a checkpoint of a running workload: a preemption now loses only the
+    /// work since then.
+    Checkpointed,
 }
 
 impl AuditKind {
     /// Every kind.
-    pub const ALL: [AuditKind; 16] = [
+    pub const ALL: [AuditKind; 17] = [
         Self::Submitted,
         Self::Assigned,
         Self::Preempted,
@@ -60,6 +63,7 @@ impl AuditKind {
         Self::PolicyRolledBack,
         Self::AccessChanged,
         Self::CheckpointRequested,
+        Self::Checkpointed,
     ];
 
     /// The name as serialized (`Cancelled`).
@@ -81,6 +85,7 @@ impl AuditKind {
             Self::PolicyRolledBack => "PolicyRolledBack",
             Self::AccessChanged => "AccessChanged",
             Self::CheckpointRequested => "CheckpointRequested",
+            Self::Checkpointed => "Checkpointed",
         }
     }
 }

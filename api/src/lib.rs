@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod cron;
 pub mod decode;
 pub mod digest;
+pub mod digest_delta;
 pub mod explain;
 #[cfg(feature = "client")]
 pub mod http;

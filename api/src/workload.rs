@@ -59,6 +59,18 @@ impl Workload {
             status: None,
         }
     }
+
+    /// The newest checkpoint known: the member's report for the running attempt, or what
+    /// the submitter stated (`spec.checkpoint.lastCheckpointAt`), whichever is later.
+    pub fn last_checkpoint_at(&self) -> Option<DateTime<Utc>> {
+        let stated = self
+            .spec
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.last_checkpoint_at);
+        let reported = self.status.as_ref().and_then(|s| s.last_checkpoint_at);
+        stated.max(reported)
+    }
 }
 
 /// Queues are per class; the class also drives defaults such as how a tidal window treats it.
@@ -545,6 +557,10 @@ pub struct WorkloadStatus {
     /// with a jitter derived from the uid, so every replica computes the same time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_not_before: Option<DateTime<Utc>>,
+    /// The newest checkpoint its member reported for the current attempt (cleared when the
+    /// attempt ends): a preemption now loses only the work since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint_at: Option<DateTime<Utc>>,
 }
 
 /// GPUs a workload holds on one node of its member cluster.
@@ -1047,6 +1063,7 @@ mod tests {
                 rack: None,
             }],
             retry_not_before: Some("2025-03-01T12:05:00Z".parse().unwrap()),
+            last_checkpoint_at: Some("2025-03-01T12:01:00Z".parse().unwrap()),
         });
         w
     }

@@ -62,6 +62,15 @@ pub struct CapacityLabel {
     pub state: String,
 }
 
+/// A member's heartbeats by what they carried: `full` (a whole digest), `delta` (changes since
+/// the acknowledged digest), `unchanged` (a delta with no change), `none` (liveness only), and
+/// `resync` for deltas whose base the leader did not hold.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeartbeatLabel {
+    pub cluster: String,
+    pub digest: String,
+}
+
 /// An HTTP route by its matched path template (`/v1/workloads/{id}`, never the raw path:
 /// one series per route, not per workload), method and status.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +104,10 @@ pub struct Metrics {
     commit_index: Gauge<i64, AtomicI64>,
     apply_lag: Gauge<i64, AtomicI64>,
     http: Family<HttpLabel, Histogram, fn() -> Histogram>,
+    heartbeats: Family<HeartbeatLabel, Counter>,
+    heartbeat_bytes: Family<HeartbeatLabel, Counter>,
+    cycle_lock_held: Histogram,
+    cycle_wall: Histogram,
 }
 
 fn http_histogram() -> Histogram {
@@ -229,7 +242,37 @@ impl Default for Metrics {
             "HTTP requests by method, matched route template and status",
             http.clone(),
         );
+        let heartbeats = Family::<HeartbeatLabel, Counter>::default();
+        registry.register(
+            "member_heartbeats",
+            "Member heartbeats this node received, by what they carried (full digest, delta, unchanged, none) and resyncs (a delta whose base the leader did not hold)",
+            heartbeats.clone(),
+        );
+        let heartbeat_bytes = Family::<HeartbeatLabel, Counter>::default();
+        registry.register(
+            "member_heartbeat_bytes",
+            "Request body bytes of the member heartbeats this node received, by what they carried",
+            heartbeat_bytes.clone(),
+        );
+        // Apply waits while the cycle reads the state: the bound is a millisecond, so the
+        // buckets start at 10 µs.
+        let cycle_lock_held = Histogram::new(exponential_buckets(0.000_01, 2.0, 18));
+        registry.register(
+            "scheduler_cycle_lock_held_seconds",
+            "Time one scheduling cycle held the state lock (each hold: input, decisions)",
+            cycle_lock_held.clone(),
+        );
+        let cycle_wall = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "scheduler_cycle_wall_seconds",
+            "Time from a cycle's first read of the state to its decisions ready to propose",
+            cycle_wall.clone(),
+        );
         Self {
+            heartbeats,
+            heartbeat_bytes,
+            cycle_lock_held,
+            cycle_wall,
             rejected,
             evictions,
             fragmentation,
@@ -275,6 +318,16 @@ impl Metrics {
         }
     }
 
+    /// One hold of the state lock by the scheduling cycle.
+    pub fn observe_cycle_lock(&self, d: Duration) {
+        self.cycle_lock_held.observe(d.as_secs_f64());
+    }
+
+    /// A whole cycle: reading the state, building the input, the core, the decisions.
+    pub fn observe_cycle_wall(&self, d: Duration) {
+        self.cycle_wall.observe(d.as_secs_f64());
+    }
+
     pub fn observe_assign(&self, d: Duration) {
         self.assign_latency.observe(d.as_secs_f64());
     }
@@ -301,6 +354,18 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Counts a member's heartbeat of `bytes` by what it carried (see [`HeartbeatLabel`]).
+    pub fn heartbeat(&self, cluster: &str, digest: &str, bytes: usize) {
+        let label = HeartbeatLabel {
+            cluster: cluster.to_string(),
+            digest: digest.to_string(),
+        };
+        self.heartbeats.get_or_create(&label).inc();
+        self.heartbeat_bytes
+            .get_or_create(&label)
+            .inc_by(bytes as u64);
     }
 
     /// Counts workloads a member reported evicted.

@@ -15,14 +15,15 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::{DateTime, Utc};
 
 use tideway_api::agent::{
-    Desired, Heartbeat, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
+    AssignmentRecord, Desired, LocalPhase, LocalStatus, RegisterRequest, StatusReport,
 };
 use tideway_api::client::{Client, ClientError};
 use tideway_api::digest::CapacityDigest;
+use tideway_api::digest_delta::DeltaSender;
 use tideway_api::{MemberCluster, MemberClusterSpec, Pool};
 use tokio::sync::watch;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, ReportedCheckpoint};
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -285,6 +286,9 @@ async fn register<B: Backend>(
     }
 }
 
+/// Heartbeats every interval. Each carries the capacity digest, as a delta against the one
+/// the federation last said it holds once a federation names versions (see
+/// [`DeltaSender`]); a federation that lacks the delta's base gets the full digest at once.
 async fn heartbeats<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
@@ -293,6 +297,7 @@ async fn heartbeats<B: Backend>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(cfg.heartbeat_interval);
+    let mut sender = DeltaSender::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -305,19 +310,33 @@ async fn heartbeats<B: Backend>(
                 continue;
             }
         };
-        let c = fed.current();
-        let sent = tokio::time::Instant::now();
-        match c.heartbeat(&cfg.cluster, &Heartbeat { digest }).await {
-            Ok(ack) => {
-                lease
-                    .renew(sent, ack.lease_ms.map(Duration::from_millis))
-                    .await
+        let mut hb = sender.heartbeat(digest.clone());
+        // A second round only when the federation asked for the full digest.
+        for _ in 0..2 {
+            let c = fed.current();
+            let sent = tokio::time::Instant::now();
+            match c.heartbeat(&cfg.cluster, &hb).await {
+                Ok(ack) => {
+                    lease
+                        .renew(sent, ack.lease_ms.map(Duration::from_millis))
+                        .await;
+                    if sender.acknowledged(&ack) && hb.digest.is_none() {
+                        tracing::debug!(cluster = %cfg.cluster, "digest base unknown to the federation: sending the full digest");
+                        hb = sender.heartbeat(digest.clone());
+                        continue;
+                    }
+                }
+                Err(e) if e.is_not_found() => {
+                    // The federation does not know us (a fresh cluster, or a restored backup).
+                    sender.failed();
+                    let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
+                }
+                Err(e) => {
+                    sender.failed();
+                    fed.rotate(c, &e);
+                }
             }
-            Err(e) if e.is_not_found() => {
-                // The federation does not know us (a fresh cluster, or a restored backup).
-                let _ = register(&cfg, &fed, backend.as_ref(), &stop).await;
-            }
-            Err(e) => fed.rotate(c, &e),
+            break;
         }
     }
 }
@@ -333,6 +352,9 @@ async fn follow_assignments<B: Backend>(
     // guarantees nothing assigned while we were away is missed.
     let mut revision = 0u64;
     let mut resumed = 0u64;
+    // Whether the finished work the federation no longer lists was forgotten since the last
+    // replay from revision 0 began.
+    let mut swept = false;
     let mut delays = retry_delays();
     // Notices passed to the backend, by (uid, deadline): each once per agent run (the
     // backends are idempotent too, for the replay after a restart).
@@ -346,6 +368,7 @@ async fn follow_assignments<B: Backend>(
             if st.resumed != resumed {
                 resumed = st.resumed;
                 revision = 0;
+                swept = false;
             }
             if !st.may_run(tokio::time::Instant::now()) {
                 drop(st);
@@ -439,6 +462,10 @@ async fn follow_assignments<B: Backend>(
                 if all_ok && !gone.is_empty() {
                     all_ok = report_never_started(&cfg, &fed, backend.as_ref(), &gone).await;
                 }
+                // A page from revision 0 lists every assignment the federation still holds.
+                if all_ok && revision == 0 && !swept {
+                    swept = forget_unlisted(backend.as_ref(), &page.items).await;
+                }
                 if all_ok {
                     revision = page.revision;
                     delays = retry_delays();
@@ -485,7 +512,13 @@ async fn report_never_started<B: Backend>(
     );
     let c = fed.current();
     match c
-        .report_status(&cfg.cluster, &StatusReport { statuses })
+        .report_status(
+            &cfg.cluster,
+            &StatusReport {
+                statuses,
+                checkpoints: Vec::new(),
+            },
+        )
         .await
     {
         Ok(_) => true,
@@ -516,35 +549,109 @@ fn never_started(
         .collect()
 }
 
+/// Forgets the finished work the federation no longer lists at all. A success (or a
+/// failure, an eviction, a move) is answered with `Desired::Cancel`, and the agent removes the
+/// work; but an agent away for longer than the federation's retention never sees that Cancel,
+/// because compaction drops the assignment record. Without this sweep such a member would keep
+/// that work for ever (the sim in its state file, Kubernetes as finished Jobs). Only terminal
+/// work is touched: what still runs or waits is the federation's to stop, and every report of
+/// work the federation still wants to hear about is for a listed assignment. Answers whether
+/// the sweep completed (if not, the next full replay tries again).
+async fn forget_unlisted<B: Backend>(backend: &B, listed: &[AssignmentRecord]) -> bool {
+    let held = match backend.statuses().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read local statuses");
+            return false;
+        }
+    };
+    let stale = unlisted_terminal(&held, listed);
+    let mut forgotten = 0usize;
+    for uid in &stale {
+        match backend.remove(uid).await {
+            Ok(()) => forgotten += 1,
+            Err(e) => {
+                tracing::warn!(%uid, error = %e, "cannot remove finished work");
+                return false;
+            }
+        }
+    }
+    if forgotten > 0 {
+        tracing::info!(
+            forgotten,
+            "removed finished work the federation no longer lists (compacted while away)"
+        );
+    }
+    true
+}
+
+/// The uids of `held` that finished (every attempt held is terminal) and that no record of
+/// `listed` names, each once.
+fn unlisted_terminal(held: &[LocalStatus], listed: &[AssignmentRecord]) -> Vec<String> {
+    let listed: HashSet<&str> = listed.iter().map(|r| r.assignment.uid()).collect();
+    let active: HashSet<&str> = held
+        .iter()
+        .filter(|s| !s.phase.is_terminal())
+        .map(|s| s.uid.as_str())
+        .collect();
+    let mut out: Vec<String> = held
+        .iter()
+        .filter(|s| !listed.contains(s.uid.as_str()) && !active.contains(s.uid.as_str()))
+        .map(|s| s.uid.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 async fn report_statuses<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
     backend: Arc<B>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // What the federation has acknowledged, so only changes are sent.
+    // What the federation has acknowledged, so only changes are sent. Both maps keep only
+    // what the cluster still holds: finished work the cluster forgot is forgotten here too.
     let mut sent: BTreeMap<(String, u32), LocalStatus> = BTreeMap::new();
+    let mut sent_checkpoints: BTreeMap<(String, u32), DateTime<Utc>> = BTreeMap::new();
     let mut tick = tokio::time::interval(cfg.status_interval);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let statuses = match backend.statuses().await {
-            Ok(s) => s,
+        let (statuses, checkpoints) = match backend.report().await {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read local statuses");
                 continue;
             }
         };
+        // Work the cluster no longer holds (removed after a Cancel) is forgotten here too,
+        // or these maps would grow with every workload the member ever ran.
+        let held: HashSet<(&str, u32)> = statuses
+            .iter()
+            .map(|s| (s.uid.as_str(), s.attempt))
+            .collect();
+        sent.retain(|(uid, attempt), _| held.contains(&(uid.as_str(), *attempt)));
+        sent_checkpoints.retain(|(uid, attempt), _| held.contains(&(uid.as_str(), *attempt)));
         let changed: Vec<LocalStatus> = statuses
-            .into_iter()
+            .iter()
             .filter(|s| {
                 sent.get(&(s.uid.clone(), s.attempt))
                     .is_none_or(|prev| prev.phase != s.phase)
             })
+            .cloned()
             .collect();
-        if changed.is_empty() {
+        let new_checkpoints: Vec<ReportedCheckpoint> = checkpoints
+            .into_iter()
+            .filter(|c| {
+                sent_checkpoints
+                    .get(&(c.uid.clone(), c.attempt))
+                    .is_none_or(|prev| *prev < c.at)
+            })
+            .collect();
+        if changed.is_empty() && new_checkpoints.is_empty() {
             continue;
         }
         let c = fed.current();
@@ -553,6 +660,7 @@ async fn report_statuses<B: Backend>(
                 &cfg.cluster,
                 &StatusReport {
                     statuses: changed.clone(),
+                    checkpoints: new_checkpoints.clone(),
                 },
             )
             .await
@@ -560,6 +668,9 @@ async fn report_statuses<B: Backend>(
             Ok(_) => {
                 for s in changed {
                     sent.insert((s.uid.clone(), s.attempt), s);
+                }
+                for cp in new_checkpoints {
+                    sent_checkpoints.insert((cp.uid, cp.attempt), cp.at);
                 }
             }
             Err(e) => fed.rotate(c, &e),
@@ -791,6 +902,55 @@ mod tests {
         );
         assert_eq!(out[2].phase, LocalPhase::Failed { reason: why });
         assert_eq!(active(&b), vec!["u1".to_string()], "u1 checkpoints first");
+    }
+
+    fn record(uid: &str, desired: Desired) -> AssignmentRecord {
+        AssignmentRecord {
+            revision: 1,
+            assignment: assignment(uid, 1, 8, Some(60)),
+            desired,
+            checkpoint_by: None,
+        }
+    }
+
+    #[test]
+    fn a_cancel_after_success_and_a_replay_without_the_record_both_forget_finished_work() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let clock = Arc::new(ManualClock::new(t(0)));
+        let b = SimBackend::new(small(), clock.clone());
+        for uid in ["done", "compacted", "listed", "runs"] {
+            let mut a = assignment(uid, 1, 8, Some(60));
+            if uid == "runs" {
+                a.workload.spec.runtime_estimate_seconds = Some(3600);
+            }
+            rt.block_on(b.ensure(&a)).expect("ensure");
+        }
+        clock.advance(Duration::from_secs(120));
+        let finished: Vec<String> = futures_statuses(&b)
+            .into_iter()
+            .filter(|s| s.phase == LocalPhase::Succeeded)
+            .map(|s| s.uid)
+            .collect();
+        assert_eq!(finished.len(), 3, "{finished:?}");
+        // The federation recorded the success of "done" and answered with Cancel: the agent
+        // removes it, as follow_assignments does for every Cancel.
+        rt.block_on(b.remove("done")).expect("remove");
+        // Then a full replay: "compacted" is no longer listed (compacted while the agent was
+        // away), "listed" still is (its success not yet recorded), "runs" still runs.
+        let listed = [record("listed", Desired::Run), record("runs", Desired::Run)];
+        assert_eq!(
+            unlisted_terminal(&futures_statuses(&b), &listed),
+            vec!["compacted".to_string()]
+        );
+        assert!(rt.block_on(forget_unlisted(&b, &listed)));
+        let mut left: Vec<String> = futures_statuses(&b).into_iter().map(|s| s.uid).collect();
+        left.sort();
+        assert_eq!(left, vec!["listed".to_string(), "runs".to_string()]);
+        // Work that still runs is never swept, listed or not.
+        assert!(rt.block_on(forget_unlisted(&b, &[])));
+        assert_eq!(active(&b), vec!["runs".to_string()]);
     }
 
     #[test]

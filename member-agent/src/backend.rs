@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use tideway_api::digest::CapacityDigest;
 
-pub use tideway_api::agent::{Assignment, LocalPhase, LocalStatus};
+pub use tideway_api::agent::{Assignment, LocalPhase, LocalStatus, ReportedCheckpoint};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -56,6 +56,16 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The status of every workload this agent manages in the cluster.
     fn statuses(&self) -> impl Future<Output = Result<Vec<LocalStatus>, BackendError>> + Send;
+
+    /// The statuses, and the newest checkpoint of every running attempt that reported one,
+    /// read in one pass over the cluster. A backend that cannot see checkpoints reports none:
+    /// the federation then measures work lost from the start (or the submitter's statement).
+    fn report(
+        &self,
+    ) -> impl Future<Output = Result<(Vec<LocalStatus>, Vec<ReportedCheckpoint>), BackendError>> + Send
+    {
+        async { Ok((self.statuses().await?, Vec::new())) }
+    }
 
     /// The cluster's clock: what the `since` of its statuses is measured on (a scaled clock
     /// under `tideway dev --speed`).

@@ -107,7 +107,9 @@ impl SimAgent {
             }
             Layout::Bytes(b) => Inventory::from_yaml(b)?,
             Layout::Default => Inventory::from_yaml(DEFAULT_LAYOUT)?,
-        };
+        }
+        // A name or region given in the options is the cluster's own, digests included.
+        .renamed(o.cluster.as_deref(), o.region.as_deref());
         let cluster = o
             .cluster
             .clone()
@@ -161,6 +163,17 @@ mod tests {
         o.region = Some("r".into());
         let b = SimAgent::build(&o).unwrap();
         assert_eq!((b.cluster.as_str(), b.region.as_str()), ("other", "r"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let digest = rt
+            .block_on(crate::backend::Backend::digest(&b.backend))
+            .expect("digest");
+        assert_eq!(
+            digest.cluster.as_str(),
+            "other",
+            "the digest names the member"
+        );
     }
 
     #[test]

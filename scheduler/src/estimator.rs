@@ -73,8 +73,9 @@ pub struct RuntimeEstimator {
 }
 
 /// A job name without its run number: `llama-ft-run-0042` and `llama-ft-run-0043` are the
-/// same kind of work.
-fn name_prefix(name: &str) -> &str {
+/// same kind of work. Public because callers that group workloads by what the core sees of
+/// them must group by it too.
+pub fn name_prefix(name: &str) -> &str {
     name.trim_end_matches(|c: char| c.is_ascii_digit() || matches!(c, '-' | '_' | '.'))
 }
 

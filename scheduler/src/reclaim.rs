@@ -336,9 +336,16 @@ impl Cycle<'_> {
         let Some(fit) = fit else {
             return Some(first);
         };
-        if holds
+        // The cached answer is for workloads that hold nothing here: they must leave every
+        // hold its room, a holder all holds but its own. A holder told "no room" because a
+        // workload of its shape would have taken its own room waited a grace period more.
+        let holder_here = self.holds_on[ci]
             .iter()
-            .any(|&h| self.holds[h].no_room.contains(&(s as u32)))
+            .any(|&h| self.holds[h].holder == idx && self.holds[h].kind == HoldKind::Preemption);
+        if !holder_here
+            && holds
+                .iter()
+                .any(|&h| self.holds[h].no_room.contains(&(s as u32)))
         {
             return Some(first);
         }
@@ -346,8 +353,10 @@ impl Cycle<'_> {
             return None;
         }
         // Capacity only shrinks within a cycle: the answer holds for this shape.
-        for &h in &holds {
-            self.holds[h].no_room.push(s as u32);
+        if !holder_here {
+            for &h in &holds {
+                self.holds[h].no_room.push(s as u32);
+            }
         }
         Some(first)
     }

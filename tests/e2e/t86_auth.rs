@@ -261,7 +261,10 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     let e = agent
         .report_status(
             "sim-us",
-            &tideway_api::agent::StatusReport { statuses: vec![] },
+            &tideway_api::agent::StatusReport {
+                statuses: vec![],
+                checkpoints: vec![],
+            },
         )
         .await
         .expect_err("an agent reported for another cluster");

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 use tideway_api::{Workload, WorkloadPhase};
 
+use super::window::PendingIndex;
 use crate::state::FederationState;
 use crate::state::workloads::ChangeCursor;
 
@@ -40,6 +41,14 @@ pub struct Backlog {
     pub active: BTreeMap<u64, Arc<Workload>>,
     /// Succeeded workloads that ran (start and finish known).
     pub succeeded: BTreeMap<u64, Completion>,
+    /// The pending workloads again, by group, each in the core's order: the cycle reads the
+    /// heads from here.
+    pub index: PendingIndex,
+    /// Pending and active workloads by uid.
+    uid_seq: HashMap<String, u64>,
+    /// Pending entries changed since the index was last brought up to date: filing one in
+    /// the index (its group key) is left for [`Backlog::settle`], after the state lock.
+    dirty: Vec<u64>,
 }
 
 impl Backlog {
@@ -69,10 +78,8 @@ impl Backlog {
         };
         let names: HashSet<&str> = changed.iter().map(String::as_str).collect();
         for name in &names {
-            if let Some(seq) = self.seq_of.get(*name) {
-                self.pending.remove(seq);
-                self.active.remove(seq);
-                self.succeeded.remove(seq);
+            if let Some(seq) = self.seq_of.get(*name).copied() {
+                self.unfile(seq);
             }
         }
         for (seq, name) in state.order.range(self.next_seq..) {
@@ -95,13 +102,49 @@ impl Backlog {
         names.len()
     }
 
+    /// Brings the index of pending workloads up to date with the copy (no state needed).
+    pub fn settle(&mut self) {
+        for seq in std::mem::take(&mut self.dirty) {
+            self.index.remove(seq);
+            if let Some(w) = self.pending.get(&seq) {
+                self.index.insert(seq, w.clone());
+            }
+        }
+    }
+
+    /// A pending or active workload by uid.
+    pub fn by_uid(&self, uid: &str) -> Option<&Arc<Workload>> {
+        let seq = self.uid_seq.get(uid)?;
+        self.pending.get(seq).or_else(|| self.active.get(seq))
+    }
+
+    fn unfile(&mut self, seq: u64) {
+        let gone = self
+            .pending
+            .remove(&seq)
+            .or_else(|| self.active.remove(&seq));
+        self.succeeded.remove(&seq);
+        self.dirty.push(seq);
+        if let Some(uid) = gone.as_ref().and_then(|w| w.metadata.uid.as_ref()) {
+            self.uid_seq.remove(uid);
+        }
+    }
+
     fn file(&mut self, seq: u64, w: &Workload) {
         let Some(st) = &w.status else { return };
         match st.phase {
             WorkloadPhase::Pending => {
-                self.pending.insert(seq, Arc::new(w.clone()));
+                let w = Arc::new(w.clone());
+                if let Some(uid) = &w.metadata.uid {
+                    self.uid_seq.insert(uid.clone(), seq);
+                }
+                self.dirty.push(seq);
+                self.pending.insert(seq, w);
             }
             WorkloadPhase::Assigned | WorkloadPhase::Running => {
+                if let Some(uid) = &w.metadata.uid {
+                    self.uid_seq.insert(uid.clone(), seq);
+                }
                 self.active.insert(seq, Arc::new(w.clone()));
             }
             WorkloadPhase::Succeeded => {
@@ -175,6 +218,12 @@ mod tests {
                 let followed = capture(&s, &backlog, |_| None, now, 1).finish(&backlog);
                 let whole = build_input(&s, |_| None, now, 1);
                 prop_assert_eq!(&followed, &whole, "after {:?}", op);
+                // The index of groups the cycle reads heads from follows too.
+                backlog.settle();
+                let mut fresh = Backlog::of(&s);
+                fresh.settle();
+                prop_assert_eq!(backlog.index.len(), backlog.pending.len());
+                prop_assert_eq!(backlog.index.depths(), fresh.index.depths());
             }
         }
     }

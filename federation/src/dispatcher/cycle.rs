@@ -5,16 +5,17 @@
 //! `SchedulerOutput` → `ApplyCycle`. The last output is kept in memory on the leader; it is
 //! what `explain` answers from.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Duration, Utc};
-use tideway_api::Workload;
 use tideway_api::agent::Desired;
+use tideway_api::{PendingReason, Workload};
 
 use super::DispatchConfig;
 use super::backlog::Backlog;
 use super::liveness::Liveness;
+use super::window::GroupKey;
 use crate::metrics::Metrics;
 use crate::propose::Proposer;
 use crate::raft::state_machine::StateMachineData;
@@ -25,7 +26,7 @@ use crate::state::command::Command;
 use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision, Reservation};
 use tideway_scheduler::{
     ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
-    SchedulerOutput, SchedulerTuning, schedule,
+    SchedulerOutput, SchedulerTuning,
 };
 
 /// Most changed pending reasons written per cycle: a backlog of 100,000 new workloads gets
@@ -40,8 +41,94 @@ pub const MIN_RUNTIME_BEFORE_PREEMPTION_SECS: i64 = 600;
 pub struct LastCycle {
     pub at: DateTime<Utc>,
     pub output: SchedulerOutput,
-    /// Pending workload UID → index into `output.decisions`.
+    /// Pending workload UID → index into `output.decisions` (the workloads it was shown).
     pub by_uid: BTreeMap<String, usize>,
+    /// The answer for the workloads of a group it was not shown: the index of the group's
+    /// last shown (and pending) member's decision. See `window`.
+    pub groups: HashMap<GroupKey, usize>,
+}
+
+impl LastCycle {
+    /// The decision the cycle gave `w`, or would have given it (the one of its group).
+    pub fn decision_for(&self, w: &Workload) -> Option<&Decision> {
+        let uid = tideway_scheduler::input::uid_of(w);
+        let i = match self.by_uid.get(uid) {
+            Some(i) => *i,
+            None => *self.groups.get(&super::window::group_key(w))?,
+        };
+        self.output.decisions.get(i)
+    }
+}
+
+/// What a cycle's blocking part hands back to the loop.
+struct Ran {
+    backlog: Backlog,
+    wide: HashMap<GroupKey, usize>,
+    cursors: Cursors,
+    output: SchedulerOutput,
+    reps: HashMap<GroupKey, (usize, usize)>,
+    decisions: CycleDecisions,
+    depth: BTreeMap<String, i64>,
+    took: std::time::Duration,
+    runs: u32,
+    shown: usize,
+}
+
+/// Per group: the reason being written to the members the core was not shown, and the
+/// last member it was written to (or found already carrying it).
+type Cursors = HashMap<GroupKey, (PendingReason, (DateTime<Utc>, u64))>;
+
+/// Gives the members of each truncated group that the core was not shown their group's
+/// reason, as a cycle over the whole backlog would, within the cycle's budget of reasons:
+/// a cursor per group remembers how far the reason has been written, so each cycle goes on
+/// from there instead of reading the whole group again.
+fn spread_reasons(
+    backlog: &Backlog,
+    out: &SchedulerOutput,
+    reps: &HashMap<GroupKey, (usize, usize)>,
+    cursors: &mut Cursors,
+    d: &mut CycleDecisions,
+) {
+    cursors.retain(|k, _| reps.contains_key(k));
+    let mut keys: Vec<_> = reps.keys().copied().collect();
+    keys.sort_unstable();
+    for key in keys {
+        let Some(reason) = reps
+            .get(&key)
+            .and_then(|(i, _)| out.decisions.get(*i))
+            .and_then(Decision::pending_reason)
+        else {
+            continue;
+        };
+        let shown = reps.get(&key).map_or(0, |(_, n)| *n);
+        let from = cursors
+            .get(&key)
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, at)| *at);
+        let mut last = from;
+        for (at, w) in backlog.index.tail(key, shown, from) {
+            if d.reasons.len() >= MAX_REASONS_PER_CYCLE {
+                break;
+            }
+            last = Some(at);
+            if w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) != Some(&reason) {
+                d.reasons.push((w.metadata.name.clone(), reason.clone()));
+            }
+        }
+        if let Some(at) = last {
+            cursors.insert(key, (reason, at));
+        }
+    }
+}
+
+/// Run-time estimates learned from the copy's completions.
+fn learned_of(backlog: &Backlog) -> tideway_scheduler::RuntimeEstimator {
+    let done = backlog
+        .succeeded
+        .iter()
+        .map(|(seq, c)| (c.finished_at, *seq, &*c.workload, c.seconds))
+        .collect();
+    super::estimates::learned_from(done)
 }
 
 pub type LastCycleSlot = Arc<RwLock<Option<Arc<LastCycle>>>>;
@@ -134,11 +221,7 @@ pub fn capture(
                 .unwrap_or_default(),
             started_at: st.started_at,
             admitted_at,
-            last_checkpoint_at: w
-                .spec
-                .checkpoint
-                .as_ref()
-                .and_then(|c| c.last_checkpoint_at),
+            last_checkpoint_at: w.last_checkpoint_at(),
             preemptible_after: st
                 .started_at
                 .map(|s| s + Duration::seconds(MIN_RUNTIME_BEFORE_PREEMPTION_SECS)),
@@ -256,6 +339,34 @@ pub fn decisions_of(
     out: &SchedulerOutput,
     now: DateTime<Utc>,
 ) -> CycleDecisions {
+    let reservations: Vec<tideway_scheduler::Reservation> = state
+        .scheduling
+        .reservations
+        .iter()
+        .map(Into::into)
+        .collect();
+    decisions_with(
+        |uid| {
+            state
+                .uids
+                .get(uid)
+                .and_then(|name| state.workloads.get(name))
+        },
+        &reservations,
+        out,
+        now,
+    )
+}
+
+/// [`decisions_of`] over any view of the workloads (by uid) and the reservations the input
+/// carried: the leader's loop reads its own copy of the backlog, without the state lock.
+/// What it proposes is checked again when the entry applies.
+pub fn decisions_with<'w>(
+    workload: impl Fn(&str) -> Option<&'w Workload>,
+    reservations: &[tideway_scheduler::Reservation],
+    out: &SchedulerOutput,
+    now: DateTime<Utc>,
+) -> CycleDecisions {
     let mut d = CycleDecisions::default();
     for dec in &out.decisions {
         match dec {
@@ -265,9 +376,9 @@ pub fn decisions_of(
                 pool,
                 placements,
             } => {
-                if let Some(name) = state.uids.get(uid.as_str()) {
+                if let Some(w) = workload(uid.as_str()) {
                     d.assign.push(AssignDecision {
-                        workload: name.as_str().into(),
+                        workload: w.metadata.name.as_str().into(),
                         cluster: cluster.clone(),
                         pool: pool.clone(),
                         placements: placements.iter().map(Into::into).collect(),
@@ -295,9 +406,7 @@ pub fn decisions_of(
                 uid: uid.clone(),
                 cluster: cluster.clone(),
                 expected_start: *expected_start,
-                created_at: state
-                    .scheduling
-                    .reservations
+                created_at: reservations
                     .iter()
                     .find(|r| r.uid == *uid && r.cluster == *cluster)
                     .map(|r| r.created_at)
@@ -305,13 +414,21 @@ pub fn decisions_of(
             }),
             Decision::Pending { .. } => {}
         }
-        if d.reasons.len() < MAX_REASONS_PER_CYCLE
-            && let Some(reason) = dec.pending_reason()
-            && let Some(name) = state.uids.get(dec.uid())
-            && let Some(w) = state.workloads.get(name)
-            && w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) != Some(&reason)
-        {
-            d.reasons.push((name.clone(), reason));
+        if d.reasons.len() >= MAX_REASONS_PER_CYCLE {
+            continue;
+        }
+        let Some(w) = workload(dec.uid()) else {
+            continue;
+        };
+        let current = w.status.as_ref().and_then(|s| s.pending_reason.as_ref());
+        let changed = match dec {
+            Decision::Pending { reason, .. } | Decision::Reserve { reason, .. } => {
+                current != Some(reason)
+            }
+            _ => dec.pending_reason().is_some_and(|r| current != Some(&r)),
+        };
+        if changed && let Some(reason) = dec.pending_reason() {
+            d.reasons.push((w.metadata.name.clone(), reason));
         }
     }
     d
@@ -346,6 +463,8 @@ pub async fn schedule_loop(
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
     let mut backlog = Backlog::default();
+    let mut wide = HashMap::new();
+    let mut cursors = HashMap::new();
     loop {
         tokio::time::sleep(pause).await;
         pause = cfg.cycle_interval;
@@ -354,9 +473,11 @@ pub async fn schedule_loop(
         }
         cycle += 1;
         let now = clock.now();
-        let locked = clock.instant();
-        let (captured, version, copied) = {
+        let began = clock.instant();
+        let (captured, version, copied, locked) = {
             let Ok(d) = data.read() else { continue };
+            // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
+            let locked = clock.instant();
             // Without a Ready member nothing can be placed or preempted: skip the cycle
             // rather than copy the whole backlog to learn that.
             let any_ready = d.state.members.values().any(|m| {
@@ -375,84 +496,150 @@ pub async fn schedule_loop(
                 capture(&d.state, &backlog, |n| live.latest_digest(n), now, cycle),
                 d.state.policy.current(),
                 copied,
+                locked,
             )
         };
+        let held = clock.instant().saturating_duration_since(locked);
+        metrics.observe_cycle_lock(held);
         tracing::debug!(
-            held_us = clock
-                .instant()
-                .saturating_duration_since(locked)
-                .as_micros() as u64,
+            held_us = held.as_micros() as u64,
             copied,
             "cycle input read under the state lock"
         );
-        let input = captured.finish(&backlog);
-        let depth = queue_depths(&input);
-        let started = clock.instant();
-        let Ok(output) = tokio::task::spawn_blocking(move || schedule(&input)).await else {
+        // Everything sized by the backlog runs on the blocking pool, on the loop's own copy:
+        // the heads of each group of alike workloads, not the whole backlog (see `window`).
+        let taken = std::mem::take(&mut backlog);
+        let mut wide_now = std::mem::take(&mut wide);
+        let mut cursors_now = std::mem::take(&mut cursors);
+        let core_clock = clock.clone();
+        let Ok(ran) = tokio::task::spawn_blocking(move || {
+            let mut taken = taken;
+            taken.settle();
+            let est = learned_of(&taken);
+            let started = core_clock.instant();
+            let (input, output, window, runs) = super::window::run(
+                &captured.input,
+                &taken.index,
+                &captured.sitting_out,
+                &mut wide_now,
+                |i| super::estimates::fill(i, &est),
+            );
+            let took = core_clock.instant().saturating_duration_since(started);
+            let mut decisions = decisions_with(
+                |uid| taken.by_uid(uid).map(|w| &**w),
+                &input.reservations,
+                &output,
+                now,
+            );
+            let reps = window.representatives(&output);
+            spread_reasons(&taken, &output, &reps, &mut cursors_now, &mut decisions);
+            let depth = taken.index.depths();
+            Ran {
+                backlog: taken,
+                wide: wide_now,
+                cursors: cursors_now,
+                output,
+                reps,
+                decisions,
+                depth,
+                took,
+                runs,
+                shown: input.pending.len(),
+            }
+        })
+        .await
+        else {
+            // The copy went with the task: the next cycle takes a whole one.
             continue;
         };
-        let took = clock.instant().saturating_duration_since(started);
+        let Ran {
+            backlog: b,
+            wide: w,
+            cursors: c,
+            output,
+            reps,
+            mut decisions,
+            depth,
+            took,
+            runs,
+            shown,
+        } = ran;
+        (backlog, wide, cursors) = (b, w, c);
         metrics.observe_cycle(took, &depth);
+        tracing::debug!(
+            took_ms = took.as_millis() as u64,
+            runs,
+            shown,
+            pending = backlog.index.len(),
+            "scheduling cycle over the heads of the backlog"
+        );
         // Scheduling never takes more than about a fifth of a core, however large the
         // backlog: the leader's first duty is to commit.
         pause = pause.max(took * 4);
-        let (decisions, notices) = {
-            let Ok(d) = data.read() else { continue };
-            let notices = checkpoints_of(&d.state, &output);
-            for n in &notices {
-                tracing::info!(
-                    uid = %n.uid,
-                    cluster = %n.cluster,
-                    deadline = %n.deadline,
-                    "checkpoint notice before a quota boundary"
-                );
-            }
-            let mut decisions = decisions_of(&d.state, &output, now);
-            decisions.policy_version = Some(version);
-            for a in &decisions.assign {
-                tracing::info!(
-                    workload = %a.workload,
-                    cluster = %a.cluster,
-                    pool = %a.pool,
-                    "workload assigned"
-                );
-                if let Some(w) = d.state.workloads.get(a.workload.as_str())
-                    && let Some(st) = &w.status
-                {
-                    if let Some(sub) = st.submitted_at {
-                        metrics.observe_assign((now - sub).to_std().unwrap_or_default());
-                    }
-                    if st.attempts > 0 {
-                        metrics.reroute();
-                    }
+        decisions.policy_version = Some(version);
+        for a in &decisions.assign {
+            tracing::info!(
+                workload = %a.workload,
+                cluster = %a.cluster,
+                pool = %a.pool,
+                "workload assigned"
+            );
+        }
+        for dec in &output.decisions {
+            if let Decision::Assign { uid, .. } = dec
+                && let Some(st) = backlog.by_uid(uid.as_str()).and_then(|w| w.status.as_ref())
+            {
+                if let Some(sub) = st.submitted_at {
+                    metrics.observe_assign((now - sub).to_std().unwrap_or_default());
+                }
+                if st.attempts > 0 {
+                    metrics.reroute();
                 }
             }
-            for p in &decisions.preempt {
-                tracing::info!(
-                    preemptor = %p.preemptor,
-                    cluster = %p.cluster,
-                    victims = ?p.victims,
-                    grace_seconds = p.grace_seconds,
-                    "preempting workloads"
-                );
-            }
-            // One notice per victim, counted by the victim's queue (an alert fires on a
-            // queue that keeps losing work).
-            metrics.preempted(
-                decisions
-                    .preempt
-                    .iter()
-                    .flat_map(|p| &p.victims)
-                    .map(|uid| {
-                        d.state
-                            .uids
-                            .get(uid.as_str())
-                            .and_then(|n| d.state.workloads.get(n))
-                            .map_or("", |w| w.spec.queue.as_str())
-                    }),
+        }
+        for p in &decisions.preempt {
+            tracing::info!(
+                preemptor = %p.preemptor,
+                cluster = %p.cluster,
+                victims = ?p.victims,
+                grace_seconds = p.grace_seconds,
+                "preempting workloads"
             );
-            (decisions, notices)
+        }
+        // One notice per victim, counted by the victim's queue (an alert fires on a queue
+        // that keeps losing work).
+        metrics.preempted(
+            decisions
+                .preempt
+                .iter()
+                .flat_map(|p| &p.victims)
+                .map(|uid| {
+                    backlog
+                        .by_uid(uid.as_str())
+                        .map_or("", |w| w.spec.queue.as_str())
+                }),
+        );
+        // Hand-over notices are checked against the assignments, under the lock; a cycle
+        // without any does not take it again.
+        let notices = if output.checkpoints.is_empty() {
+            Vec::new()
+        } else {
+            let Ok(d) = data.read() else { continue };
+            let relocked = clock.instant();
+            let notices = checkpoints_of(&d.state, &output);
+            drop(d);
+            metrics.observe_cycle_lock(clock.instant().saturating_duration_since(relocked));
+            notices
         };
+        for n in &notices {
+            tracing::info!(
+                uid = %n.uid,
+                cluster = %n.cluster,
+                deadline = %n.deadline,
+                "checkpoint notice before a quota boundary"
+            );
+        }
+        metrics.observe_cycle_wall(clock.instant().saturating_duration_since(began));
         let by_uid = output
             .decisions
             .iter()
@@ -464,6 +651,7 @@ pub async fn schedule_loop(
                 at: now,
                 output,
                 by_uid,
+                groups: reps.into_iter().map(|(k, (i, _))| (k, i)).collect(),
             }));
         }
         if !notices.is_empty()
@@ -486,16 +674,4 @@ pub async fn schedule_loop(
             tracing::warn!(error = %e, "could not commit a scheduling cycle");
         }
     }
-}
-
-fn queue_depths(input: &SchedulerInput) -> BTreeMap<String, i64> {
-    let mut m: BTreeMap<String, i64> = input
-        .queues
-        .iter()
-        .map(|q| (q.metadata.name.clone(), 0))
-        .collect();
-    for p in &input.pending {
-        *m.entry(p.workload.spec.queue.clone()).or_default() += 1;
-    }
-    m
 }

@@ -344,3 +344,27 @@ fn the_input_carries_a_preemptor_until_it_starts_or_gives_up() {
     );
     assert!(carried(&s, t(750)).is_empty(), "started");
 }
+
+#[test]
+fn the_input_prices_running_work_from_its_reported_checkpoint() {
+    let mut s = state();
+    let input = build_input(&s, |_| Some(digest(t(6))), t(60), 1);
+    assert_eq!(input.running[0].last_checkpoint_at, None);
+    s.apply(
+        6,
+        Command::ReportCheckpoints {
+            cluster: "a".into(),
+            checkpoints: vec![tideway_api::agent::ReportedCheckpoint {
+                uid: "u-run".into(),
+                attempt: 1,
+                at: t(30),
+            }],
+        },
+    );
+    assert_eq!(
+        s.workloads["run"].spec.checkpoint, None,
+        "the submitter stated nothing: the member's report is the only source"
+    );
+    let input = build_input(&s, |_| Some(digest(t(6))), t(60), 1);
+    assert_eq!(input.running[0].last_checkpoint_at, Some(t(30)));
+}

@@ -11,12 +11,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use tideway_api::MemberPhase;
+use tideway_api::agent::Heartbeat;
 use tideway_api::clock::SharedClock;
 use tideway_api::digest::CapacityDigest;
+use tideway_api::digest_delta::{self, DeltaError, VersionedDigest};
 
 use openraft::ReadPolicy;
 
 use super::DispatchConfig;
+use crate::propose::forward::BeatOutcome;
 use crate::propose::{ProposeError, Proposer, accepted};
 use crate::raft::state_machine::StateMachineData;
 use crate::raft::types::Raft;
@@ -25,8 +28,17 @@ use crate::state::command::Command;
 #[derive(Debug, Clone)]
 struct Beat {
     last: Instant,
-    digest: Option<CapacityDigest>,
+    /// The digest the leader holds for the member, the base of its next delta: the freshest
+    /// heard, or (for a new leader) the replicated one.
+    digest: Option<VersionedDigest>,
     replicated_at: Option<Instant>,
+}
+
+/// What [`Liveness::beat`] decided.
+struct Beaten {
+    outcome: BeatOutcome,
+    /// The digest to replicate now, when one is due.
+    due: Option<CapacityDigest>,
 }
 
 /// The leader's memory of heartbeats, timed on the node's clock.
@@ -68,17 +80,25 @@ impl Liveness {
         &self.clock
     }
 
-    /// Records a heartbeat; returns whether its digest should be replicated now.
-    pub fn beat(
+    /// Records a heartbeat: the member is alive, and its digest (full, or a delta against
+    /// the digest held) becomes the one held. A delta against another base changes nothing
+    /// but liveness. Says whether a digest is due for replication, and which.
+    ///
+    /// Checked and applied under one lock, so two heartbeats of one member can never both
+    /// apply a delta to the same base.
+    fn beat(
         &self,
         name: &str,
-        digest: CapacityDigest,
+        hb: &Heartbeat,
         replicated: Option<&CapacityDigest>,
         cfg: &DispatchConfig,
-    ) -> bool {
+    ) -> Result<Beaten, DeltaError> {
         let now = self.clock.instant();
         let Ok(mut beats) = self.beats.lock() else {
-            return false;
+            return Ok(Beaten {
+                outcome: BeatOutcome::default(),
+                due: None,
+            });
         };
         let b = beats.entry(name.to_string()).or_insert(Beat {
             last: now,
@@ -86,25 +106,43 @@ impl Liveness {
             replicated_at: None,
         });
         b.last = now;
-        let due = match (replicated, b.replicated_at) {
-            (None, _) | (_, None) => true,
-            (Some(old), Some(at)) => {
-                now.duration_since(at) >= cfg.digest_interval || significant_change(old, &digest)
-            }
-        };
-        if due {
-            b.replicated_at = Some(now);
+        if b.digest.is_none() {
+            // A new leader (or the first heartbeat since registration) holds what was
+            // replicated: an agent whose base is that digest can go on with deltas.
+            b.digest = replicated.cloned().map(VersionedDigest::new);
         }
-        b.digest = Some(digest);
-        due
+        let mut outcome = BeatOutcome::default();
+        let mut due = None;
+        match digest_delta::receive(b.digest.as_ref(), hb) {
+            Ok(Some(next)) => {
+                let is_due = match (replicated, b.replicated_at) {
+                    (None, _) | (_, None) => true,
+                    (Some(old), Some(at)) => {
+                        now.duration_since(at) >= cfg.digest_interval
+                            || significant_change(old, &next.digest)
+                    }
+                };
+                if is_due {
+                    b.replicated_at = Some(now);
+                    due = Some(next.digest.clone());
+                }
+                b.digest = Some(next);
+            }
+            Ok(None) => {}
+            Err(DeltaError::BaseUnknown { .. }) => outcome.base_unknown = true,
+            Err(e) => return Err(e),
+        }
+        outcome.replicated = due.is_some();
+        outcome.version = b.digest.as_ref().map(|d| d.version.clone());
+        Ok(Beaten { outcome, due })
     }
 
     /// The freshest digest the leader has heard for a member.
     pub fn latest_digest(&self, name: &str) -> Option<CapacityDigest> {
-        self.beats
-            .lock()
-            .ok()
-            .and_then(|b| b.get(name).and_then(|b| b.digest.clone()))
+        self.beats.lock().ok().and_then(|b| {
+            b.get(name)
+                .and_then(|b| b.digest.as_ref().map(|d| d.digest.clone()))
+        })
     }
 
     /// Time since the last heartbeat; a member never heard from starts its clock now.
@@ -131,7 +169,8 @@ impl Liveness {
 }
 
 /// The leader's handling of one heartbeat: remember it, bring a NotReady member back to
-/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated.
+/// Ready, and replicate the digest when it is due. Answers whether the digest was replicated
+/// and which digest version the leader holds.
 ///
 /// The answer is the agent's lease: it is given only once this node has confirmed it still
 /// leads (a leader cut off from the others must not keep an agent running work that the real
@@ -143,8 +182,8 @@ pub async fn heartbeat(
     proposer: &Proposer,
     cfg: &DispatchConfig,
     name: &str,
-    digest: CapacityDigest,
-) -> Result<bool, ProposeError> {
+    hb: &Heartbeat,
+) -> Result<BeatOutcome, ProposeError> {
     let known = {
         let d = data
             .read()
@@ -165,7 +204,12 @@ pub async fn heartbeat(
             "member cluster '{name}' is not registered; register first"
         )));
     };
-    let due = live.beat(name, digest.clone(), replicated.as_ref(), cfg);
+    let Beaten { outcome, due } = live
+        .beat(name, hb, replicated.as_ref(), cfg)
+        .map_err(|e| ProposeError::field(e.field(), e.to_string()))?;
+    if outcome.base_unknown {
+        tracing::debug!(member = %name, "digest delta against a base not held: asking for a full digest");
+    }
     if phase == MemberPhase::NotReady {
         tracing::info!(member = %name, "member heartbeats resumed: Ready");
         accepted(
@@ -180,7 +224,7 @@ pub async fn heartbeat(
                 .await?,
         )?;
     }
-    if due {
+    if let Some(digest) = due {
         accepted(
             proposer
                 .propose(Command::MemberDigest {
@@ -194,7 +238,7 @@ pub async fn heartbeat(
     raft.ensure_linearizable(ReadPolicy::LeaseRead)
         .await
         .map_err(|e| ProposeError::Unavailable(format!("leadership not confirmed: {e}")))?;
-    Ok(due)
+    Ok(outcome)
 }
 
 /// Marks members NotReady when their heartbeats stop. Runs on every node; acts on the leader.
@@ -280,5 +324,110 @@ pub async fn health_monitor(
                     .await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use tideway_api::PoolKind;
+    use tideway_api::clock::ManualClock;
+    use tideway_api::digest::{GpuCounts, PoolDigest};
+    use tideway_api::digest_delta::DigestDelta;
+
+    fn digest(free: u32, secs: i64) -> CapacityDigest {
+        let mut hist = vec![0u32; 9];
+        hist[free as usize] = 1;
+        CapacityDigest {
+            cluster: "m1".into(),
+            generated_at: Utc.timestamp_opt(1_700_000_000 + secs, 0).single().unwrap(),
+            pools: vec![PoolDigest {
+                pool: "train".into(),
+                kind: PoolKind::Training,
+                flavor: "H100".into(),
+                counts: GpuCounts {
+                    total: 8,
+                    allocated: 8 - free,
+                    unhealthy: 0,
+                    cordoned: 0,
+                    free_histogram: hist,
+                },
+                domains: Vec::new(),
+            }],
+        }
+    }
+
+    fn delta(from: &CapacityDigest, to: &CapacityDigest) -> Heartbeat {
+        let d = DigestDelta::between(
+            &VersionedDigest::new(from.clone()),
+            &VersionedDigest::new(to.clone()),
+        )
+        .unwrap();
+        Heartbeat::delta(d)
+    }
+
+    fn live() -> Liveness {
+        let start = Utc.timestamp_opt(1_700_000_000, 0).single().unwrap();
+        Liveness::new(Arc::new(ManualClock::new(start)))
+    }
+
+    #[test]
+    fn deltas_apply_to_the_held_digest_only() {
+        let live = live();
+        let cfg = DispatchConfig::default();
+        let (a, b, c) = (digest(8, 0), digest(4, 2), digest(2, 4));
+        let first = live
+            .beat("m1", &Heartbeat::full(a.clone()), None, &cfg)
+            .unwrap();
+        assert_eq!(first.outcome.version, Some(a.version()));
+        assert!(first.outcome.replicated && !first.outcome.base_unknown);
+        assert_eq!(first.due, Some(a.clone()));
+
+        let second = live.beat("m1", &delta(&a, &b), Some(&a), &cfg).unwrap();
+        assert_eq!(second.outcome.version, Some(b.version()));
+        assert_eq!(live.latest_digest("m1"), Some(b.clone()));
+
+        // A delta against a digest the leader no longer holds changes nothing but liveness.
+        let stale = live.beat("m1", &delta(&a, &c), Some(&a), &cfg).unwrap();
+        assert!(stale.outcome.base_unknown && stale.due.is_none());
+        assert_eq!(stale.outcome.version, Some(b.version()));
+        assert_eq!(live.latest_digest("m1"), Some(b.clone()));
+
+        // A new leader holds what was replicated (a, here): a delta against it applies, a
+        // delta against the newer b the old leader held is refused.
+        live.forget_all();
+        let refused = live.beat("m1", &delta(&b, &c), Some(&a), &cfg).unwrap();
+        assert!(refused.outcome.base_unknown);
+        assert_eq!(refused.outcome.version, Some(a.version()));
+        assert_eq!(live.latest_digest("m1"), Some(a.clone()));
+        let applied = live.beat("m1", &delta(&a, &c), Some(&a), &cfg).unwrap();
+        assert_eq!(applied.outcome.version, Some(c.version()));
+        assert_eq!(live.latest_digest("m1"), Some(c));
+    }
+
+    #[test]
+    fn a_digest_less_heartbeat_is_liveness() {
+        let live = live();
+        let cfg = DispatchConfig::default();
+        let a = digest(8, 0);
+        live.beat("m1", &Heartbeat::full(a.clone()), None, &cfg)
+            .unwrap();
+        let unchanged = delta(&a, &digest(8, 10));
+        let out = live.beat("m1", &unchanged, Some(&a), &cfg).unwrap();
+        assert!(!out.outcome.base_unknown);
+        assert_eq!(
+            live.latest_digest("m1").map(|d| d.generated_at),
+            Some(digest(8, 10).generated_at),
+            "an unchanged heartbeat refreshes when the numbers were taken"
+        );
+        let bare = Heartbeat {
+            digest: None,
+            digest_delta: None,
+        };
+        let out = live.beat("m1", &bare, Some(&a), &cfg).unwrap();
+        assert_eq!(out.outcome.version, Some(a.version()));
+        assert!(out.due.is_none() && !out.outcome.base_unknown);
+        assert_eq!(live.silence("m1"), std::time::Duration::ZERO);
     }
 }

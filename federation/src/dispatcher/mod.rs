@@ -21,6 +21,9 @@ pub mod rollout;
 mod scale_tests;
 pub mod tidal;
 pub mod webhooks;
+pub mod window;
+#[cfg(test)]
+mod window_tests;
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Heartbeat;
+use tideway_api::digest_delta::DigestVersion;
 
 use super::ProposeError;
 use super::membership::{JoinRequest, PromoteRequest, RemoveRequest};
@@ -25,6 +26,9 @@ pub mod routes {
     pub const HEARTBEAT: &str = "/internal/heartbeat";
     pub const EXPLAIN: &str = "/internal/explain";
     pub const PROMOTE: &str = "/internal/promote";
+    /// A heartbeat, answered with the leader's whole outcome (`HEARTBEAT` answers only
+    /// whether the digest was replicated, for followers of older releases).
+    pub const HEARTBEAT_OUTCOME: &str = "/internal/heartbeat-outcome";
 }
 
 /// What the leader answers to a forwarded request.
@@ -53,11 +57,25 @@ impl<T> Forwarded<T> {
 }
 
 /// A heartbeat a follower received, on its way to the leader. `member` was checked to be a
-/// valid name and to match the digest before it left the follower.
+/// valid name and to match the full digest, if any, before it left the follower.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HeartbeatForward {
     pub member: String,
     pub heartbeat: Heartbeat,
+}
+
+/// What the leader made of a heartbeat, on its way back to the follower that passed it on:
+/// the agent's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeatOutcome {
+    /// Whether the heartbeat's digest was replicated.
+    pub replicated: bool,
+    /// The version of the digest the leader holds now.
+    #[serde(default)]
+    pub version: Option<DigestVersion>,
+    /// The heartbeat's delta named a base the leader does not hold: nothing was applied.
+    #[serde(default)]
+    pub base_unknown: bool,
 }
 
 /// An explain request on its way to the leader, which alone holds the last cycle.
@@ -182,14 +200,19 @@ impl Forwarder {
             .await
     }
 
-    /// Passes a heartbeat on; answers whether the leader replicated its digest.
+    /// Passes a heartbeat on; answers what the leader made of it.
     pub async fn heartbeat(
         &self,
         leader: NodeId,
         req: &HeartbeatForward,
-    ) -> Result<bool, ProposeError> {
-        self.call(leader, routes::HEARTBEAT, req, Duration::from_secs(30))
-            .await
+    ) -> Result<BeatOutcome, ProposeError> {
+        self.call(
+            leader,
+            routes::HEARTBEAT_OUTCOME,
+            req,
+            Duration::from_secs(30),
+        )
+        .await
     }
 
     /// Asks the leader to explain a workload; the answer's type is the server's to define.

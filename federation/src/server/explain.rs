@@ -53,7 +53,7 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
     let status = w.status.clone().unwrap_or_default();
     let last = st.last_cycle.read().ok().and_then(|s| s.clone());
     let (decision, explanation, cycle_at) = match &last {
-        Some(l) => match l.by_uid.get(&uid).and_then(|i| l.output.decisions.get(*i)) {
+        Some(l) => match l.decision_for(&w) {
             Some(d) => {
                 let (kind, ex) = match d {
                     Decision::Assign { cluster, .. } => (format!("assign to {cluster}"), None),

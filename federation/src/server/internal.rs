@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::AppState;
 use crate::dispatcher::liveness;
-use crate::propose::forward::{ExplainForward, HeartbeatForward};
+use crate::propose::forward::{BeatOutcome, ExplainForward, HeartbeatForward};
 use crate::propose::membership::{self, JoinRequest, PromoteRequest, RemoveRequest};
 use crate::propose::{Forwarded, ProposeError, commit_local};
 use crate::raft::network::MSGPACK;
@@ -85,39 +85,50 @@ pub async fn remove(State(st): State<AppState>, body: Bytes) -> Response {
     }
 }
 
-/// A heartbeat a follower passed on. Checked again here: the leader trusts no peer's input.
-pub async fn heartbeat(State(st): State<AppState>, body: Bytes) -> Response {
-    let req: HeartbeatForward = match decode(&body) {
-        Ok(r) => r,
-        Err(r) => return reply(&r),
-    };
+/// A heartbeat a follower passed on, from a follower of an older release: answered with
+/// whether the digest was replicated only.
+pub async fn heartbeat(st: State<AppState>, body: Bytes) -> Response {
+    match leader_heartbeat(st, body).await {
+        Ok(Ok(o)) => reply(&Forwarded::Ok(o.replicated)),
+        Ok(Err(e)) => reply::<()>(&Forwarded::refused(e)),
+        Err(r) => reply(&r),
+    }
+}
+
+/// A heartbeat a follower passed on, answered with the whole outcome (digest version, base
+/// unknown), which the agent needs for digest deltas.
+pub async fn heartbeat_outcome(st: State<AppState>, body: Bytes) -> Response {
+    match leader_heartbeat(st, body).await {
+        Ok(r) => outcome(r),
+        Err(r) => reply(&r),
+    }
+}
+
+/// Checked again here: the leader trusts no peer's input.
+async fn leader_heartbeat(
+    State(st): State<AppState>,
+    body: Bytes,
+) -> Result<Result<BeatOutcome, ProposeError>, Forwarded<()>> {
+    let req: HeartbeatForward = decode(&body)?;
     if !st.raft.is_leader() {
-        return reply::<()>(&Forwarded::NotLeader);
+        return Err(Forwarded::NotLeader);
     }
     if let Err(e) = tideway_api::meta::validate_name(&req.member) {
-        return reply::<()>(&Forwarded::refused(ProposeError::field(
-            "name",
-            e.to_string(),
-        )));
+        return Ok(Err(ProposeError::field("name", e.to_string())));
     }
-    if req.heartbeat.digest.cluster != req.member {
-        return reply::<()>(&Forwarded::refused(ProposeError::field(
-            "digest.cluster",
-            "does not match the member the heartbeat is for",
-        )));
+    if let Err((field, why)) = super::members::heartbeat_fits(&req.member, &req.heartbeat) {
+        return Ok(Err(ProposeError::field(field, why)));
     }
-    outcome(
-        liveness::heartbeat(
-            &st.raft,
-            &st.liveness,
-            &st.data,
-            &st.proposer,
-            &st.dispatch,
-            &req.member,
-            req.heartbeat.digest,
-        )
-        .await,
+    Ok(liveness::heartbeat(
+        &st.raft,
+        &st.liveness,
+        &st.data,
+        &st.proposer,
+        &st.dispatch,
+        &req.member,
+        &req.heartbeat,
     )
+    .await)
 }
 
 pub async fn explain(State(st): State<AppState>, body: Bytes) -> Response {

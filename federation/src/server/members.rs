@@ -97,18 +97,17 @@ pub async fn heartbeat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<HeartbeatAck>, ApiError> {
     member_name(&name)?;
+    let bytes = body.as_ref().map_or(0, |b| b.len());
     let hb: Heartbeat = json_body(body)?;
-    if hb.digest.cluster != name {
-        return Err(ApiError::field(
-            "digest.cluster",
-            format!(
-                "is '{}', but the heartbeat is for '{name}'",
-                hb.digest.cluster
-            ),
-        ));
-    }
+    heartbeat_fits(&name, &hb).map_err(|(field, why)| ApiError::field(field, why))?;
+    let carried = match (&hb.digest, &hb.digest_delta) {
+        (Some(_), _) => "full",
+        (None, Some(d)) if d.pools.is_empty() => "unchanged",
+        (None, Some(_)) => "delta",
+        (None, None) => "none",
+    };
     // Liveness lives on the leader: a follower passes the heartbeat on.
-    let due = match st.forwarder.remote_leader().await? {
+    let outcome = match st.forwarder.remote_leader().await? {
         Some(leader) => {
             let fwd = HeartbeatForward {
                 member: name.clone(),
@@ -124,16 +123,41 @@ pub async fn heartbeat(
                 &st.proposer,
                 &st.dispatch,
                 &name,
-                hb.digest,
+                &hb,
             )
             .await?
         }
     };
+    st.metrics.heartbeat(&name, carried, bytes);
+    if outcome.base_unknown {
+        st.metrics.heartbeat(&name, "resync", 0);
+    }
     Ok(Json(HeartbeatAck {
         member: ClusterName::from(name),
-        digest_replicated: due,
+        digest_replicated: outcome.replicated,
         lease_ms: Some(st.dispatch.agent_lease().as_millis() as u64),
+        digest_version: outcome.version,
+        digest_base_unknown: outcome.base_unknown,
     }))
+}
+
+/// Whether a heartbeat is well formed for member `name`: at most one of a full digest and a
+/// delta, and a full digest of this member. The field and the reason when not. Checked on the
+/// node that received it and again on the leader.
+pub(crate) fn heartbeat_fits(name: &str, hb: &Heartbeat) -> Result<(), (&'static str, String)> {
+    if hb.digest.is_some() && hb.digest_delta.is_some() {
+        return Err((
+            "digestDelta",
+            "a heartbeat carries a full digest or a delta, not both".into(),
+        ));
+    }
+    match &hb.digest {
+        Some(d) if d.cluster != name => Err((
+            "digest.cluster",
+            format!("is '{}', but the heartbeat is for '{name}'", d.cluster),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -199,15 +223,38 @@ pub async fn status(
     // report as a no-op, and the agent, taking that for delivered, would never send it again
     // (the workload would stay Running on the federation's side for ever).
     st.read_barrier(false).await?;
-    let statuses = st.read(|d| {
-        report
-            .statuses
-            .into_iter()
-            .filter(|s| d.state.status_takes_effect(&name, s))
-            .collect::<Vec<_>>()
+    let (statuses, checkpoints) = st.read(|d| {
+        (
+            report
+                .statuses
+                .into_iter()
+                .filter(|s| d.state.status_takes_effect(&name, s))
+                .collect::<Vec<_>>(),
+            report
+                .checkpoints
+                .into_iter()
+                .filter(|c| d.state.checkpoint_takes_effect(&name, c))
+                .collect::<Vec<_>>(),
+        )
     })?;
+    // Checkpoints first: a report that says both "checkpointed" and "finished" records the
+    // checkpoint while the workload still runs.
+    let mut updated = 0;
+    if !checkpoints.is_empty() {
+        match st
+            .proposer
+            .propose(Command::ReportCheckpoints {
+                cluster: name.clone().into(),
+                checkpoints,
+            })
+            .await?
+        {
+            CommandResult::Updated { count } => updated += count,
+            other => return Err(ApiError::unexpected(other)),
+        }
+    }
     if statuses.is_empty() {
-        return Ok(Json(StatusAck { updated: 0 }));
+        return Ok(Json(StatusAck { updated }));
     }
     // Counted once committed, and only for reports that took effect (not replays).
     let evicted = statuses
@@ -226,7 +273,9 @@ pub async fn status(
             if evicted > 0 {
                 st.metrics.evicted(&name, evicted);
             }
-            Ok(Json(StatusAck { updated: count }))
+            Ok(Json(StatusAck {
+                updated: updated + count,
+            }))
         }
         other => Err(ApiError::unexpected(other)),
     }

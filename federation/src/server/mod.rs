@@ -300,6 +300,7 @@ fn peer_routes(state: &AppState) -> Router {
         .route(routes::HEARTBEAT, post(internal::heartbeat))
         .route(routes::EXPLAIN, post(internal::explain))
         .route(routes::PROMOTE, post(internal::promote))
+        .route(routes::HEARTBEAT_OUTCOME, post(internal::heartbeat_outcome))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
         .merge(crate::raft::transport::router(state.raft.clone()))

@@ -364,10 +364,11 @@ mod operations {
         responses((status = 200, description = "The member as stored", body = MemberCluster)))]
     fn register_member() {}
 
-    /// A member's heartbeat with its capacity digest (agent)
+    /// A member's heartbeat: liveness, with its capacity digest or only what changed since the digest version the last answer named (agent)
     #[utoipa::path(post, path = "/v1/members/{name}/heartbeat", tag = "members",
         params(("name" = String, Path, description = "Member cluster name")), request_body = Heartbeat,
-        responses((status = 200, description = "Acknowledged", body = HeartbeatAck)))]
+        responses((status = 200, description = "Acknowledged; `digestBaseUnknown` asks for the full digest", body = HeartbeatAck),
+            (status = 400, description = "Both a digest and a delta, a digest of another member, or a delta that does not fit its base", body = Problem)))]
     fn member_heartbeat() {}
 
     /// A member's assignments changed after a revision, long-polled (agent)

@@ -71,6 +71,10 @@ pub(super) enum Hint {
         cluster: String,
         uids: Vec<String>,
     },
+    Checkpointed {
+        cluster: String,
+        uids: Vec<String>,
+    },
     Compact {
         names: Vec<String>,
     },
@@ -243,6 +247,16 @@ impl Hint {
                         .collect(),
                 },
                 LEADER.into(),
+            ),
+            Command::ReportCheckpoints {
+                cluster,
+                checkpoints,
+            } => (
+                Hint::Checkpointed {
+                    cluster: cluster.to_string(),
+                    uids: checkpoints.iter().map(|c| c.uid.clone()).collect(),
+                },
+                format!("agent:{cluster}"),
             ),
             Command::EndQuarantine { name, .. } => (
                 Hint::Health {
@@ -584,11 +598,12 @@ impl FederationState {
                         .and_then(|n| self.workloads.get(n))
                         .map(|p| p.spec.queue.clone())
                         .unwrap_or_else(|| w.spec.queue.clone());
-                    let checkpoint = w
-                        .spec
-                        .checkpoint
-                        .as_ref()
-                        .and_then(|c| c.last_checkpoint_at)
+                    let checkpoint = self
+                        .uids
+                        .get(&uid)
+                        .and_then(|n| self.workloads.get(n))
+                        .unwrap_or(w)
+                        .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {t}")
                         });
@@ -614,11 +629,12 @@ impl FederationState {
                         continue;
                     }
                     let w = &rec.assignment.workload;
-                    let last = w
-                        .spec
-                        .checkpoint
-                        .as_ref()
-                        .and_then(|c| c.last_checkpoint_at)
+                    let last = self
+                        .uids
+                        .get(&uid)
+                        .and_then(|n| self.workloads.get(n))
+                        .unwrap_or(w)
+                        .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {}", t.to_rfc3339())
                         });
@@ -659,6 +675,30 @@ impl FederationState {
                         queue: Some(w.spec.queue.clone()),
                         cluster: Some(cluster.clone()),
                         evidence: st.message.unwrap_or_default(),
+                    });
+                }
+            }
+            (Hint::Checkpointed { cluster, uids }, _) => {
+                for uid in uids {
+                    let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get(n)) else {
+                        continue;
+                    };
+                    if w.metadata.resource_version != Some(index) {
+                        continue;
+                    }
+                    let Some(cp) = w.status.as_ref().and_then(|s| s.last_checkpoint_at) else {
+                        continue;
+                    };
+                    recs.push(Rec {
+                        version: None,
+                        kind: AuditKind::Checkpointed,
+                        workload: Some(w.metadata.name.clone()),
+                        queue: Some(w.spec.queue.clone()),
+                        cluster: Some(cluster.clone()),
+                        evidence: format!(
+                            "checkpoint at {}: a preemption now loses only the work since then",
+                            cp.to_rfc3339()
+                        ),
                     });
                 }
             }

@@ -67,5 +67,6 @@ pub fn submitted_status(at: DateTime<Utc>) -> WorkloadStatus {
         finished_at: None,
         nodes: Vec::new(),
         retry_not_before: None,
+        last_checkpoint_at: None,
     }
 }

@@ -9,8 +9,8 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tideway_api::agent::Desired;
-use tideway_api::{ClusterName, Uid};
+use tideway_api::agent::{Desired, ReportedCheckpoint};
+use tideway_api::{ClusterName, Uid, WorkloadPhase};
 
 use super::FederationState;
 use super::command::CommandResult;
@@ -38,6 +38,56 @@ impl CheckpointRequest {
 }
 
 impl FederationState {
+    /// Whether a member's checkpoint report would change the state: it names the live
+    /// assignment of this cluster at its current attempt, of a running workload, and is newer
+    /// than the checkpoint on record. The API checks this before proposing, so a replayed
+    /// report writes nothing; apply checks it again, in log order.
+    pub fn checkpoint_takes_effect(&self, cluster: &str, cp: &ReportedCheckpoint) -> bool {
+        let Some(rec) = self.assignments.record(cluster, &cp.uid) else {
+            return false;
+        };
+        let live = rec.desired == Desired::Run || matches!(rec.desired, Desired::Preempt { .. });
+        if rec.assignment.attempt != cp.attempt || !live {
+            return false;
+        }
+        self.uids
+            .get(&cp.uid)
+            .and_then(|n| self.workloads.get(n))
+            .and_then(|w| w.status.as_ref())
+            .is_some_and(|st| {
+                st.phase == WorkloadPhase::Running
+                    && st.last_checkpoint_at.is_none_or(|t| t < cp.at)
+            })
+    }
+
+    /// Records each reported checkpoint that takes effect on its workload's status (the
+    /// scheduler then prices preempting it by the work since then); answers how many did.
+    pub(super) fn report_checkpoints(
+        &mut self,
+        cluster: &str,
+        checkpoints: &[ReportedCheckpoint],
+        index: u64,
+    ) -> CommandResult {
+        let mut count = 0u32;
+        for cp in checkpoints {
+            if !self.checkpoint_takes_effect(cluster, cp) {
+                continue;
+            }
+            let Some(name) = self.uids.get(&cp.uid).cloned() else {
+                continue;
+            };
+            let Some(w) = self.workloads.get_mut(&name) else {
+                continue;
+            };
+            if let Some(st) = w.status.as_mut() {
+                st.last_checkpoint_at = Some(cp.at);
+                w.metadata.resource_version = Some(index);
+                count += 1;
+            }
+        }
+        CommandResult::Updated { count }
+    }
+
     /// Records each notice that takes effect on its assignment; answers how many did.
     pub(super) fn request_checkpoints(
         &mut self,
@@ -142,5 +192,116 @@ mod tests {
         );
         assert_eq!(s.assignments["a"]["u1"].checkpoint_by, None);
         assert_eq!(kinds(&s, AuditKind::CheckpointRequested), 0);
+    }
+
+    fn reported(uid: &str, attempt: u32, at: DateTime<Utc>) -> Command {
+        Command::ReportCheckpoints {
+            cluster: "a".into(),
+            checkpoints: vec![ReportedCheckpoint {
+                uid: uid.into(),
+                attempt,
+                at,
+            }],
+        }
+    }
+
+    fn status(s: &mut FederationState, idx: u64, phase: tideway_api::agent::LocalPhase) {
+        s.apply(
+            idx,
+            Command::ReportStatus {
+                cluster: "a".into(),
+                statuses: vec![tideway_api::agent::LocalStatus {
+                    uid: "u1".into(),
+                    attempt: 1,
+                    phase,
+                    since: t(idx as i64),
+                    nodes: Vec::new(),
+                }],
+            },
+        );
+    }
+
+    fn last(s: &FederationState) -> Option<DateTime<Utc>> {
+        s.workloads["job"].last_checkpoint_at()
+    }
+
+    #[test]
+    fn a_reported_checkpoint_is_recorded_once_audited_and_newer_only() {
+        let mut s = running();
+        // Not running yet (assigned): nothing to record.
+        assert_eq!(
+            s.apply(4, reported("u1", 1, t(3))),
+            CommandResult::Updated { count: 0 }
+        );
+        status(&mut s, 5, tideway_api::agent::LocalPhase::Running);
+        assert_eq!(
+            s.apply(6, reported("u1", 1, t(50))),
+            CommandResult::Updated { count: 1 }
+        );
+        assert_eq!(last(&s), Some(t(50)));
+        assert_eq!(s.workloads["job"].metadata.resource_version, Some(6));
+        assert_eq!(kinds(&s, AuditKind::Checkpointed), 1);
+        let ev = s.audit.events.back().expect("a record");
+        assert_eq!(ev.actor, "agent:a");
+        assert_eq!(ev.workload.as_deref(), Some("job"));
+        assert!(ev.evidence.contains("checkpoint at"), "{}", ev.evidence);
+
+        // A replay, an older checkpoint, another attempt or another cluster change nothing.
+        let before = s.workloads["job"].clone();
+        for (i, cmd) in [
+            reported("u1", 1, t(50)),
+            reported("u1", 1, t(40)),
+            reported("u1", 2, t(60)),
+            Command::ReportCheckpoints {
+                cluster: "b".into(),
+                checkpoints: vec![ReportedCheckpoint {
+                    uid: "u1".into(),
+                    attempt: 1,
+                    at: t(70),
+                }],
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(
+                s.apply(7 + i as u64, cmd),
+                CommandResult::Updated { count: 0 }
+            );
+        }
+        assert_eq!(s.workloads["job"], before);
+        assert_eq!(kinds(&s, AuditKind::Checkpointed), 1);
+        // A newer one replaces it.
+        assert_eq!(
+            s.apply(20, reported("u1", 1, t(90))),
+            CommandResult::Updated { count: 1 }
+        );
+        assert_eq!(last(&s), Some(t(90)));
+        assert_eq!(kinds(&s, AuditKind::Checkpointed), 2);
+    }
+
+    #[test]
+    fn an_attempt_that_ends_takes_its_checkpoint_with_it() {
+        let mut s = running();
+        status(&mut s, 4, tideway_api::agent::LocalPhase::Running);
+        s.apply(5, reported("u1", 1, t(50)));
+        assert_eq!(last(&s), Some(t(50)));
+        status(
+            &mut s,
+            6,
+            tideway_api::agent::LocalPhase::Evicted {
+                reason: "node lost".into(),
+            },
+        );
+        assert_eq!(phase_of(&s), WorkloadPhase::Pending);
+        assert_eq!(last(&s), None, "the next attempt starts without it");
+    }
+
+    fn phase_of(s: &FederationState) -> WorkloadPhase {
+        s.workloads["job"]
+            .status
+            .as_ref()
+            .map(|st| st.phase)
+            .unwrap_or_default()
     }
 }

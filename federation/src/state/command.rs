@@ -228,6 +228,11 @@ pub enum Command {
     },
     /// The leader ends a member's quarantine for flapping, its time being up at `at`.
     EndQuarantine { name: String, at: DateTime<Utc> },
+    /// Checkpoints a member's agent reported for running work (`StatusReport.checkpoints`).
+    ReportCheckpoints {
+        cluster: ClusterName,
+        checkpoints: Vec<tideway_api::agent::ReportedCheckpoint>,
+    },
 }
 
 impl Command {

@@ -505,6 +505,7 @@ impl FederationState {
             }
             st.cluster = None;
             st.started_at = None;
+            st.last_checkpoint_at = None;
             st.nodes.clear();
             if st.attempts >= MAX_ATTEMPTS_ON_LOSS {
                 st.phase = WorkloadPhase::Failed;
@@ -679,6 +680,7 @@ impl FederationState {
                 status.pending_reason = Some(PendingReason::Queued);
                 status.cluster = None;
                 status.started_at = None;
+                status.last_checkpoint_at = None;
                 status.nodes.clear();
                 status.message = Some(why);
             };
@@ -706,6 +708,10 @@ impl FederationState {
                     status.phase = WorkloadPhase::Succeeded;
                     status.finished_at = Some(st.since);
                     status.message = Some(format!("succeeded on {cluster}"));
+                    // Recorded here, so the member may forget it (the sim drops it, the kube
+                    // backend deletes the finished Job): otherwise every member keeps every
+                    // workload it ever ran, and compaction later drops the record unseen.
+                    cancel = true;
                 }
                 LocalPhase::Failed { reason } | LocalPhase::Aborted { reason } => {
                     // Retries keep the original priority; attempts count every dispatch.
@@ -906,6 +912,30 @@ pub(crate) mod tests {
         report(&mut s, 5, 1, LocalPhase::Running);
         assert_eq!(s.workloads, before.workloads);
         report(&mut s, 6, 1, LocalPhase::Succeeded);
+        assert_eq!(phase(&s), WorkloadPhase::Succeeded);
+    }
+
+    #[test]
+    fn a_recorded_success_tells_the_member_to_forget_the_work() {
+        let mut s = setup(None);
+        report(&mut s, 4, 1, LocalPhase::Running);
+        assert_eq!(s.assignments["a"]["u1"].desired, Desired::Run);
+        report(&mut s, 6, 1, LocalPhase::Succeeded);
+        let rec = &s.assignments["a"]["u1"];
+        assert_eq!((rec.desired.clone(), rec.revision), (Desired::Cancel, 6));
+        // The agent resuming from before the report sees the Cancel, and nothing after it.
+        let after = s.assignments_after("a", 4);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].desired, Desired::Cancel);
+        assert!(s.assignments_after("a", 6).is_empty());
+        // No longer held: drain has nothing to move, removal is not blocked, a late or
+        // replayed report of the same attempt changes nothing.
+        assert!(!s.has_running("a"));
+        assert_eq!(s.removal_blocked("a"), None);
+        let before = s.clone();
+        report(&mut s, 7, 1, LocalPhase::Succeeded);
+        assert_eq!(s.workloads, before.workloads);
+        assert_eq!(s.assignments, before.assignments);
         assert_eq!(phase(&s), WorkloadPhase::Succeeded);
     }
 

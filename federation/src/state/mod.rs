@@ -422,6 +422,10 @@ impl FederationState {
                 self.tick(at);
                 self.request_checkpoints(&notices, index)
             }
+            Command::ReportCheckpoints {
+                cluster,
+                checkpoints,
+            } => self.report_checkpoints(cluster.as_str(), &checkpoints, index),
         }
     }
 

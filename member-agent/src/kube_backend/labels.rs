@@ -28,6 +28,9 @@ pub const CHECKPOINT_REQUESTED: &str = "tideway.dev/checkpoint-requested";
 /// A hand-over notice (RFC 3339): checkpoint by then and keep running. Unlike a preemption
 /// nothing is deleted; the workload watches the annotation (e.g. a downward-API volume).
 pub const CHECKPOINT_BY: &str = "tideway.dev/checkpoint-by";
+/// Written by the workload (RFC 3339) each time it checkpoints; the agent reports it so
+/// preemption knows the work a stop would lose.
+pub const CHECKPOINTED_AT: &str = "tideway.dev/checkpointed-at";
 /// Why the agent evicts a job at its `preempt-at` deadline when it is not a preemption (a
 /// node fault): the reason its Evicted status carries.
 pub const EVICT_REASON: &str = "tideway.dev/evict-reason";

@@ -45,7 +45,9 @@ pub use config::{ConfigError, KubeConfig, KueueConfig, NodeLabels, SchedulerMode
 pub use manifest::ManifestError;
 pub use status::PREEMPTED_REASON;
 
-use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus};
+use crate::backend::{
+    Assignment, Backend, BackendError, LocalPhase, LocalStatus, ReportedCheckpoint,
+};
 use error::{classify, is_already_exists, is_gone, is_not_found};
 
 /// The wall clock, injected so tests pin time (preemption deadlines, `since`, digests).
@@ -394,8 +396,15 @@ impl Backend for KubeBackend {
     /// which makes the deadline durable: it lives on the object, and the agent's periodic
     /// status poll enforces it even across agent restarts.
     async fn statuses(&self) -> Result<Vec<LocalStatus>, BackendError> {
+        Ok(self.report().await?.0)
+    }
+
+    /// The statuses, and each running job's `tideway.dev/checkpointed-at` annotation (written
+    /// by the workload when it checkpoints), from one listing.
+    async fn report(&self) -> Result<(Vec<LocalStatus>, Vec<ReportedCheckpoint>), BackendError> {
         let now = self.now();
         let mut out = Vec::new();
+        let mut checkpoints = Vec::new();
         for job in self.list_jobs(&labels::managed_selector()).await? {
             let Some(mut s) = status::local_status(self.config.mode, &job, now) else {
                 continue;
@@ -426,9 +435,18 @@ impl Backend for KubeBackend {
                     s.nodes.clone_from(n);
                 }
             }
+            if s.phase == LocalPhase::Running
+                && let Some(at) = status::checkpointed_at(&job)
+            {
+                checkpoints.push(ReportedCheckpoint {
+                    uid: s.uid.clone(),
+                    attempt: s.attempt,
+                    at,
+                });
+            }
             out.push(s);
         }
-        Ok(out)
+        Ok((out, checkpoints))
     }
 }
 

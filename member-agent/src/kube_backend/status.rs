@@ -90,6 +90,19 @@ pub fn preempt_at(obj: &DynamicObject) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// When the workload last wrote a checkpoint, from the job's `tideway.dev/checkpointed-at`
+/// annotation (RFC 3339; the workload or its checkpoint hook sets it). Unreadable is absent.
+pub fn checkpointed_at(obj: &DynamicObject) -> Option<DateTime<Utc>> {
+    let v = obj
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(labels::CHECKPOINTED_AT)?;
+    DateTime::parse_from_rfc3339(v)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
 /// Volcano's `status.state`:
 /// Pending/Inqueue -> Pending; Running/Completing -> Running; Completed -> Succeeded;
 /// Failed -> Failed; Aborting/Aborted/Terminating/Terminated -> Aborted; Restarting, or any

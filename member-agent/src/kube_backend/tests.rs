@@ -10,7 +10,9 @@ use tokio::task::JoinHandle;
 
 use super::fixtures::*;
 use super::{KubeBackend, SchedulerMode, manifest};
-use crate::backend::{Assignment, Backend, BackendError, LocalPhase, LocalStatus};
+use crate::backend::{
+    Assignment, Backend, BackendError, LocalPhase, LocalStatus, ReportedCheckpoint,
+};
 
 /// Waits for the verifier to have seen every expected request; a mismatch inside it is a
 /// panic, surfaced here.
@@ -782,6 +784,35 @@ async fn statuses_enforce_expired_preemption_deadlines() {
             ),
             status(&uid(4), 1, LocalPhase::Running, "2025-06-01T11:00:00Z"),
         ]
+    );
+}
+
+#[tokio::test]
+async fn running_jobs_report_the_checkpoint_their_workload_annotated() {
+    let (backend, server) = testcontext(SchedulerMode::Volcano, NOW);
+    let mut running = volcano_job(2, "Running", "", "6001");
+    running["metadata"]["annotations"] =
+        json!({"tideway.dev/checkpointed-at": "2025-06-01T11:40:00Z"});
+    // Finished work's checkpoint is of no use to preemption; an unreadable one is absent.
+    let mut done = volcano_job(4, "Completed", "", "6002");
+    done["metadata"]["annotations"] =
+        json!({"tideway.dev/checkpointed-at": "2025-06-01T11:20:00Z"});
+    let mut garbled = volcano_job(3, "Running", "", "6003");
+    garbled["metadata"]["annotations"] = json!({"tideway.dev/checkpointed-at": "yesterday"});
+    let server = server.run(Scenario::Exchanges(vec![Exchange::get(
+        list_uri(),
+        volcano_list("6003", &[running, done, garbled]),
+    )]));
+    let (statuses, checkpoints) = backend.report().await.expect("report");
+    verified(server).await;
+    assert_eq!(statuses.len(), 3);
+    assert_eq!(
+        checkpoints,
+        vec![ReportedCheckpoint {
+            uid: uid(3),
+            attempt: 1,
+            at: at("2025-06-01T11:40:00Z"),
+        }]
     );
 }
 

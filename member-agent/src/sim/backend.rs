@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use tideway_api::agent::NodeFaultKind;
 use tideway_api::digest::CapacityDigest;
 
-use crate::backend::{Assignment, Backend, BackendError, LocalStatus};
+use crate::backend::{Assignment, Backend, BackendError, LocalStatus, ReportedCheckpoint};
 
 use super::cluster::{SimCluster, SimError};
 use super::digest::capacity_digest;
@@ -173,6 +173,10 @@ impl Backend for SimBackend {
 
     async fn statuses(&self) -> Result<Vec<LocalStatus>, BackendError> {
         self.with_cluster(|c, _| c.statuses())
+    }
+
+    async fn report(&self) -> Result<(Vec<LocalStatus>, Vec<ReportedCheckpoint>), BackendError> {
+        self.with_cluster(|c, _| (c.statuses(), c.reported_checkpoints()))
     }
 
     fn now(&self) -> DateTime<Utc> {

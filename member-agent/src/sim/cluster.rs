@@ -496,6 +496,21 @@ impl SimCluster {
             .collect()
     }
 
+    /// The newest checkpoint of every running attempt, as the agent reports them.
+    pub fn reported_checkpoints(&self) -> Vec<tideway_api::agent::ReportedCheckpoint> {
+        self.workloads
+            .values()
+            .filter(|w| w.phase == LocalPhase::Running)
+            .filter_map(|w| {
+                Some(tideway_api::agent::ReportedCheckpoint {
+                    uid: w.uid.clone(),
+                    attempt: w.attempt,
+                    at: w.last_checkpoint_at?,
+                })
+            })
+            .collect()
+    }
+
     /// Deletes every attempt of `uid`, releasing its GPUs. Returns whether anything existed.
     pub fn remove(&mut self, uid: &str) -> bool {
         let keys: Vec<Key> = self.attempts(uid).map(|(k, _)| k.clone()).collect();
@@ -1066,6 +1081,29 @@ pub(crate) mod tests {
                 .is_err()
         );
         c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_is_reported_while_its_attempt_runs() {
+        let mut c = small();
+        c.ensure(&assignment("a", 1, 1, Some(600)), t(0))
+            .expect("fits");
+        c.tick(t(0));
+        assert!(c.reported_checkpoints().is_empty(), "none written yet");
+        assert_eq!(c.checkpoint("a", t(300), t(100)), 1);
+        assert_eq!(
+            c.reported_checkpoints(),
+            vec![tideway_api::agent::ReportedCheckpoint {
+                uid: "a".into(),
+                attempt: 1,
+                at: t(100),
+            }]
+        );
+        c.tick(t(600));
+        assert!(
+            c.reported_checkpoints().is_empty(),
+            "finished work has nothing to report"
+        );
     }
 
     #[test]

@@ -96,7 +96,9 @@ mod tests {
     use crate::sim::cluster::FaultPolicy;
     use crate::sim::cluster::tests::{assignment, small, t};
     use crate::sim::inventory::{ClusterConfig, Inventory, UniformLayout};
-    use tideway_api::PoolKind;
+    use tideway_api::agent::HeartbeatAck;
+    use tideway_api::digest_delta::{DeltaSender, VersionedDigest};
+    use tideway_api::{ClusterName, PoolKind};
 
     /// The design's target for one digest, sent every few seconds per member.
     const DIGEST_TARGET_BYTES: usize = 32 * 1024;
@@ -223,5 +225,43 @@ mod tests {
                 .map(|g| g["rows"].as_array().map_or(1, Vec::len))
                 .sum();
         assert!(rows <= 630, "one row per domain at most: {rows}");
+
+        // Heartbeats on the wire once the federation acknowledged that digest: one more pod
+        // of 1 GPU starts (one node changes), then nothing changes.
+        let ack = |v: &VersionedDigest| HeartbeatAck {
+            member: ClusterName::from("big".to_string()),
+            digest_replicated: true,
+            lease_ms: Some(6000),
+            digest_version: Some(v.version.clone()),
+            digest_base_unknown: false,
+        };
+        let mut sender = DeltaSender::new();
+        let full = serde_json::to_vec(&sender.heartbeat(d.clone())).unwrap();
+        let base = VersionedDigest::new(d.clone());
+        sender.acknowledged(&ack(&base));
+        c.ensure(&assignment("one-more", 1, 1, None), t(1)).unwrap();
+        c.tick(t(1));
+        let d2 = capacity_digest(&c, t(2));
+        let one_node = sender.heartbeat(d2.clone());
+        let delta = one_node.digest_delta.clone().expect("a delta");
+        assert_eq!(delta.pools.len(), 1);
+        assert_eq!(
+            delta.pools[0].domains.len(),
+            2,
+            "the node's rack and zone: {delta:?}"
+        );
+        let next = delta.apply_to(&base).unwrap();
+        assert_eq!(next.digest, d2, "base + delta = full");
+        sender.acknowledged(&ack(&next));
+        let one_node = serde_json::to_vec(&one_node).unwrap();
+        let unchanged = serde_json::to_vec(&sender.heartbeat(capacity_digest(&c, t(3)))).unwrap();
+        eprintln!(
+            "heartbeat of a 5,000-node member: full digest {} bytes, one node changed {} bytes, unchanged {} bytes",
+            full.len(),
+            one_node.len(),
+            unchanged.len()
+        );
+        assert!(one_node.len() * 10 < full.len(), "{} bytes", one_node.len());
+        assert!(unchanged.len() < 200, "{} bytes", unchanged.len());
     }
 }

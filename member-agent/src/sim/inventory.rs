@@ -554,6 +554,18 @@ impl Inventory {
         &self.cluster
     }
 
+    /// The same layout under another member's name and region: one layout file can describe
+    /// many members (the digest names the cluster, and the federation checks that name).
+    pub fn renamed(mut self, cluster: Option<&str>, region: Option<&str>) -> Self {
+        if let Some(c) = cluster {
+            self.cluster = c.to_owned();
+        }
+        if let Some(r) = region {
+            self.region = r.to_owned();
+        }
+        self
+    }
+
     pub fn region(&self) -> &str {
         &self.region
     }

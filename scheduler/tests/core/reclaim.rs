@@ -2,6 +2,7 @@
 //! queue at its quota.
 
 use tideway_api::{FlavorQuota, PendingReason, PoolKind, ReclaimOrder, WorkloadClass};
+use tideway_scheduler::PendingWorkload;
 use tideway_scheduler::decision::{Decision, VictimTier};
 use tideway_scheduler::input::QuotaOverride;
 use tideway_scheduler::tidal::{FleetSide, Handover};
@@ -461,4 +462,50 @@ fn a_freed_slot_waits_for_its_preemptor_not_for_borrowing_training() {
     assert!(matches!(train, Decision::Assign { .. }), "{train:?}");
     assert!(!matches!(serve, Decision::Assign { .. }), "{serve:?}");
     assert_eq!(again, 1, "{serve:?}");
+}
+
+/// Two preemptors of one shape in one cluster, the first one's victims gone, the second
+/// one's still leaving, and a replica of the same shape that holds nothing, ordered before
+/// them (a requeued replica keeps its place in its queue). That replica may not take the
+/// first preemptor's room, and the answer, "this shape leaves the holds no room", is
+/// cached for the rest of the cycle. It must not keep the first preemptor off its own
+/// room: before, it was cached on every hold checked, the first preemptor found it on the
+/// second one's hold and waited another grace period (the week's morning replicas waited
+/// 300 s more, some several times).
+#[test]
+fn a_preemptor_takes_its_room_beside_another_preemptor_still_waiting() {
+    let mut f = morning_with_training_everywhere();
+    f.submit(inference("serve-a", 1));
+    let out = f.cycle();
+    assert_eq!(preempts(&out).len(), 1, "{:?}", out.decisions);
+    f.advance(60);
+    f.submit(inference("serve-b", 1));
+    let out = f.cycle();
+    let p = preempts(&out);
+    assert_eq!(p.len(), 1, "{:?}", out.decisions);
+    assert_eq!(p[0].0, "serve-b");
+    // serve-a's victim is gone, serve-b's leaves in 60 s.
+    f.advance(60);
+    f.pending.push(PendingWorkload {
+        workload: inference("serve-x", 1),
+        submitted_at: f.now - chrono::Duration::seconds(3600),
+        seq: 0,
+    });
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Assign { .. }),
+        "{:?}",
+        out.decisions
+    );
+    // Nothing is reclaimed for serve-a again; serve-x reclaims its own victim.
+    let p = preempts(&out);
+    assert!(p.iter().all(|(who, _)| who == "serve-x"), "{p:?}");
+    // serve-b's victim leaves: serve-b starts too.
+    f.advance(60);
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-b"), Decision::Assign { .. }),
+        "{:?}",
+        out.decisions
+    );
 }
