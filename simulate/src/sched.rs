@@ -872,6 +872,12 @@ impl SchedState {
             if let Some(r) = pos.and_then(|p| self.input.running.get_mut(p as usize)) {
                 r.started_at = Some(to_utc(at));
                 r.accounted_in_digest = true;
+                // The nodes it occupies, as a live member reports them: reclaim frees
+                // whole nodes for a gang only when it knows which victims share a node.
+                if let Some(c) = jobs.cluster(j) {
+                    let nodes = fleet.nodes_of(c as usize, &jobs.job(j).uid, jobs.attempt(j));
+                    r.workload.status.get_or_insert_with(Default::default).nodes = nodes;
+                }
             }
         } else {
             self.regroup(j, true, jobs, fleet);

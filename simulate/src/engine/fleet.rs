@@ -8,9 +8,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tideway_agent::sim::{PhaseChange, SimCluster, capacity_digest};
-use tideway_api::Workload;
 use tideway_api::agent::Assignment;
 use tideway_api::digest::CapacityDigest;
+use tideway_api::{NodeGpus, Workload};
 use tideway_scheduler::{ClusterView, Gangs};
 
 use super::super::config::Member;
@@ -227,6 +227,16 @@ impl Fleet {
         self.members[c]
             .sim
             .preempt(uid, Duration::from_secs(grace), to_utc(now))
+    }
+
+    /// The nodes a placed workload occupies, as a live member reports them in
+    /// `status.nodes` (the core returns a victim's GPUs node by node with them).
+    pub fn nodes_of(&self, c: usize, uid: &str, attempt: u32) -> Vec<NodeGpus> {
+        let m = &self.members[c];
+        m.sim
+            .workload(uid, attempt)
+            .map(|w| w.status(m.sim.nodes()).nodes)
+            .unwrap_or_default()
     }
 
     /// Allocates the GPUs a placed workload holds, per global pool, and returns them.

@@ -146,6 +146,31 @@ fn preemption_loses_only_work_since_the_checkpoint() {
     );
 }
 
+/// A queue's gang of a whole node reclaims its lent guarantee from another queue's 1-GPU
+/// borrowers: the members report which nodes their workloads occupy (as live members do),
+/// so the core evicts the borrowers of ONE node and the gang starts after their grace.
+/// Without the nodes, eight 1-GPU victims look like eight 1-GPU nodes and it never fits.
+#[test]
+fn a_gang_reclaims_a_whole_node_from_small_borrowers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut jobs: Vec<String> = (0..16)
+        .map(|i| workload(&format!("small-{i:02}"), "b", "normal", 1, 1, i, 10_000))
+        .collect();
+    jobs.push(workload("gang", "a", "normal", 1, 8, 100, 100));
+    let trace = write(&dir, "t.jsonl", &jobs.join("\n"));
+    let clusters = write(&dir, "clusters.yaml", TWO_NODES);
+    let p = write(&dir, "p.yaml", &policy("scheduler", true, 8, true));
+    let out = simulate(clusters, p, &[format!("jsonl:{}", trace.display())], 0);
+    let gang = start_of(&out, "gang").expect("the gang started");
+    assert!(
+        gang < 1000,
+        "the gang waited for the borrowers to end: {gang}"
+    );
+    let evicted: Vec<_> = out.records.iter().filter(|r| r.preemptions > 0).collect();
+    assert_eq!(evicted.len(), 8, "one node's borrowers, no more");
+    assert!(evicted.iter().all(|r| r.queue == "b"));
+}
+
 /// Same inputs and seed, same results; the wall-clock fields aside.
 #[test]
 fn deterministic_for_a_seed() {
