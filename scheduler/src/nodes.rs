@@ -114,9 +114,18 @@ impl<'a> Cycle<'a> {
             }
             c
         };
+        let by_loss = self.tuning.nodes_by_work_lost;
         let mut keyed: Vec<_> = nodes
             .into_iter()
-            .map(|(node, victims)| (cost(&victims), node, victims))
+            .map(|(node, victims)| {
+                let (cautious, tier, count, lost) = cost(&victims);
+                let key = if by_loss {
+                    (cautious, tier, lost, count as u64)
+                } else {
+                    (cautious, tier, count as u64, lost)
+                };
+                (key, node, victims)
+            })
             .collect();
         keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1)));
         let mut out = Vec::with_capacity(order.len());

@@ -96,6 +96,10 @@ impl Cycle<'_> {
 
         let effective = self.ranks[idx as usize].effective;
         let runtime = self.pending_estimate(idx);
+        // Not part of the `preempt_failed` key: in FIFO order a later workload of the same
+        // queue and class has waited no longer, so its bound is no looser; under another
+        // order one skipped here tries again next cycle.
+        let max_lost = self.reclaim_max_lost(idx);
         let mut best: Option<(Plan, u64)> = None;
         for pos in 0..self.shapes[s].candidates.len() {
             let ci = self.shapes[s].candidates[pos];
@@ -106,7 +110,7 @@ impl Cycle<'_> {
             {
                 continue;
             }
-            let Some(plan) = self.plan_in(ci, s, q, base, reclaim) else {
+            let Some(plan) = self.plan_in(ci, s, q, base, reclaim, max_lost) else {
                 continue;
             };
             keep_cheaper(&mut best, plan, self.clusters[ci].tie);
@@ -132,6 +136,22 @@ impl Cycle<'_> {
         true
     }
 
+    /// The most work (seconds since start or last checkpoint) an equal-priority borrower
+    /// may lose to reclaim for pending workload `idx`: `reclaimMaxWorkLostSeconds`, and
+    /// `reclaimLossPerWait` times how long `idx` has waited; unset: no bound.
+    fn reclaim_max_lost(&self, idx: u32) -> Option<u64> {
+        let waited =
+            super::cycle::secs_between(self.input.pending[idx as usize].submitted_at, self.now);
+        let by_wait = self
+            .tuning
+            .reclaim_loss_per_wait
+            .map(|f| (waited as f64 * f.max(0.0)).min(u64::MAX as f64) as u64);
+        match (self.tuning.reclaim_max_work_lost_seconds, by_wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Victims `q`'s workload (base priority `base`) may evict on cluster `ci`, cheapest
     /// first, with cautious ones last.
     fn eligible_victims(
@@ -141,6 +161,7 @@ impl Cycle<'_> {
         q: usize,
         base: i32,
         reclaim: bool,
+        max_lost: Option<u64>,
     ) -> Vec<u32> {
         let shape = &self.shapes[s];
         let my_cohort = self.book.queues[q].cohort;
@@ -167,6 +188,7 @@ impl Cycle<'_> {
                 Some(p) => {
                     let reclaiming = reclaim
                         && self.book.queues[p].cohort == my_cohort
+                        && max_lost.is_none_or(|max| r.work_lost_seconds <= max)
                         && match scope.reclaim_within_cohort {
                             PreemptionScope::Never => false,
                             PreemptionScope::LowerPriority => r.base < base,
@@ -245,8 +267,16 @@ impl Cycle<'_> {
 
     /// The cheapest plan on `ci` from two orders of the same eligible victims: cheapest
     /// first, and grouped by node (whole nodes for a gang; see `nodes`).
-    fn plan_in(&self, ci: usize, s: usize, q: usize, base: i32, reclaim: bool) -> Option<Plan> {
-        let cands = self.eligible_victims(ci, s, q, base, reclaim);
+    fn plan_in(
+        &self,
+        ci: usize,
+        s: usize,
+        q: usize,
+        base: i32,
+        reclaim: bool,
+        max_lost: Option<u64>,
+    ) -> Option<Plan> {
+        let cands = self.eligible_victims(ci, s, q, base, reclaim, max_lost);
         if cands.is_empty() || self.fits_without(ci, s, &[]) {
             return None;
         }

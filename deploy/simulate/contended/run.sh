@@ -22,6 +22,7 @@ rows=(
   "fair share + reservations, no reclaim (the previous default)|clusters.yaml|policy-fair-reserve.yaml"
   "fair share + reservations + reclaim|clusters.yaml|policy-fair-reserve-reclaim.yaml"
   "**fair share + reclaim, no reservations (default)**|clusters.yaml|policy-fair.yaml"
+  "the default, reclaim only for gangs of 16+ GPUs|clusters.yaml|policy-fair-reclaim16.yaml"
   "the default, a checkpoint every 30 min assumed|clusters.yaml|policy-fair-ckpt.yaml"
   "fair share + reservations, no estimates, no reclaim|clusters.yaml|policy-fair-none.yaml"
   "fair share + reservations, oracle, no reclaim|clusters.yaml|policy-fair-oracle.yaml"
@@ -63,9 +64,9 @@ for row in "${rows[@]}"; do
   worse=$(per_vc "$dir" | join - "$out/static.txt" | awk '
     { if ($2 > $3 && $2 > 60) { n++; r = ($3 > 0 ? $2 / $3 : 0); if ($2 - $3 > worst) { worst = $2 - $3; w = $1 " " $2 " s vs " $3 " s" } } }
     END { if (n) printf "%d (%s)", n, w; else printf "0" }')
-  jq -r --arg label "$label" --arg worse "$worse" '
-    def s: . | floor | tostring | [splits("")] | reverse | [range(0; length; 3) as $i | .[$i:$i+3] | reverse | join("")] | reverse | join(",");
-    "| \($label) | \(.overall.jct.mean | s) s | \(.overall.jct.p50 | s) s | \(.overall.jct.p99 | s) s | \($worse) | \(.utilization * 1000 | round / 10)% | \(.overall.workLostGpuHours | round) GPU-h | \(if .estimates then (.estimates.reservedIdleGpuHours | round | tostring) + " GPU-h" else "-" end) | \(.run.wallSeconds * 10 | round / 10) s |"
+  jq -r --arg row "$label" --arg worse "$worse" '
+    def s: floor | tostring | explode | reverse | [range(0; length; 3) as $i | .[$i:$i+3]] | map(reverse | implode) | reverse | join(",");
+    "| \($row) | \(.overall.jct.mean | s) s | \(.overall.jct.p50 | s) s | \(.overall.jct.p99 | s) s | \($worse) | \(.utilization * 1000 | round / 10)% | \(.overall.workLostGpuHours | round) GPU-h | \(if .estimates then (.estimates.reservedIdleGpuHours | round | tostring) + " GPU-h" else "-" end) | \(.run.wallSeconds * 10 | round / 10) s |"
   ' "$dir/summary.json"
 done
 echo
