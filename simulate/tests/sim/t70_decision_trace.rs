@@ -1,6 +1,9 @@
 //! The decision trace of a small contended replay is pinned: every job's start, end,
-//! cluster, preemptions and pending reasons, for the default policy (fair share, guarantee
-//! reclaim, no reservations, the online estimator) on a day of Philly on 16 nodes. A change that is
+//! cluster, preemptions and pending reasons, for the core's default tuning with guarantee
+//! reclaim on (`contended/policy-fair-reclaim-all.yaml`: fair share, reclaim for every
+//! workload below its guarantee, no reservations, the online estimator) on a day of Philly
+//! on 16 nodes. (The contended default, `policy-fair.yaml`, reclaims only for gangs of 12
+//! GPUs or more, which this day on 16 nodes never does.) A change that is
 //! meant only to make the simulator or the core faster must leave this file as it is; a
 //! change meant to alter decisions regenerates it on purpose with
 //! `TIDEWAY_BLESS=1 cargo test -p tideway-simulate --test sim t70` and says so in its commit.
@@ -22,7 +25,7 @@ fn contended_day_decides_as_pinned() {
         "clusters.yaml",
         "clusters:\n  - name: philly\n    region: philly\n    uniform: { nodes: 16, nodesPerRack: 4, gpusPerNode: 8, model: P100 }\n",
     );
-    let policy = example("contended/policy-fair.yaml");
+    let policy = example("contended/policy-fair-reclaim-all.yaml");
     let trace = format!("philly:{PHILLY}?from=2017-10-09&to=2017-10-10");
     let out = simulate(clusters, policy, std::slice::from_ref(&trace), 0);
 
