@@ -82,9 +82,21 @@ fn cluster(name: &str, free: [u32; 3]) -> ClusterView {
     }
 }
 
-/// The palette the backlog is drawn from: (queue, class, priority, pods, GPUs per pod,
-/// flavor, rack required, estimate).
-const KINDS: [(&str, WorkloadClass, &str, u32, u32, &str, bool, Option<u64>); 8] = [
+/// One kind of workload: (queue, class, priority, pods, GPUs per pod, flavor, rack
+/// required, estimate).
+type Kind = (
+    &'static str,
+    WorkloadClass,
+    &'static str,
+    u32,
+    u32,
+    &'static str,
+    bool,
+    Option<u64>,
+);
+
+/// The palette the backlog is drawn from.
+const KINDS: [Kind; 8] = [
     (
         "default",
         WorkloadClass::Training,
@@ -252,8 +264,10 @@ fn case() -> impl Strategy<Value = Case> {
                     }
                 })
                 .collect();
-            let mut settings = SchedulerSettings::default();
-            settings.preemption = preemption;
+            let settings = SchedulerSettings {
+                preemption,
+                ..SchedulerSettings::default()
+            };
             let input = SchedulerInput {
                 now: t(seq as i64 * 7 + 4000),
                 seed,
