@@ -259,3 +259,52 @@ pub async fn settled_applied(c: &tideway_api::client::Client) -> Option<u64> {
     }
     panic!("the applied index never settled: {last:?}");
 }
+
+/// A `deploy/dev` member layout by name (`sim-eu`, `sim-us`, `sim-ap`).
+pub fn dev_layout(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev"))
+        .join(format!("{name}.yaml"))
+}
+
+/// Polls `probe` every 200 ms until it answers, failing the test after `within`.
+pub async fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(start.elapsed() < within, "{what} not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One node that compacts finished work after 3 s, with the `sim-eu` member's agent
+/// (300 ms heartbeats) Ready: the node, a client of it, and the fleet's idle capacity.
+pub async fn one_node_with_sim_eu() -> (TestCluster, Client, tideway_api::capacity::CapacitySummary)
+{
+    let mut tc = cluster(
+        1,
+        &["--member-heartbeat-ms", "300", "--retain-terminal", "3"],
+    )
+    .await;
+    tc.c.add_agent(
+        "sim-eu",
+        "eu-west",
+        &dev_layout("sim-eu"),
+        &["--heartbeat-ms", "300"],
+    )
+    .await
+    .expect("agent");
+    let addr = tc.c.addrs()[0].clone();
+    let c = Client::new(&addr).expect("client");
+    let idle = wait_for("capacity of sim-eu", Duration::from_secs(20), async || {
+        let v = c.capacity(false).await.ok()?;
+        (v.fleet.total > 0).then_some(v.fleet)
+    })
+    .await;
+    (tc, c, idle)
+}

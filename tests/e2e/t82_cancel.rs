@@ -2,8 +2,7 @@
 //! member stop it, the capacity view shows the GPUs free again, and once the retention time
 //! passes the cancelled workload is compacted out and its name can be used again.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tideway_api::WorkloadPhase;
 use tideway_api::agent::LocalPhase;
@@ -12,50 +11,16 @@ use tideway_api::client::Client;
 
 use crate::common::*;
 
-fn layout(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev")).join(format!("{name}.yaml"))
-}
-
 fn job(name: &str) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"36000"}}}},"spec":{{"queue":"default","class":"training","podSets":[{{"name":"w","count":2,"gpusPerPod":8,"flavor":"H100"}}]}}}}"#
     )
 }
 
-async fn wait_for<T>(what: &str, within: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(start.elapsed() < within, "{what} not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_the_work_frees_capacity_and_the_name_is_reused_after_retention() {
-    let mut tc = cluster(
-        1,
-        &["--member-heartbeat-ms", "300", "--retain-terminal", "3"],
-    )
-    .await;
-    tc.c.add_agent(
-        "sim-eu",
-        "eu-west",
-        &layout("sim-eu"),
-        &["--heartbeat-ms", "300"],
-    )
-    .await
-    .expect("agent");
+    let (tc, c, idle) = one_node_with_sim_eu().await;
     let addr = tc.c.addrs()[0].clone();
-    let c = Client::new(&addr).unwrap();
-
-    let idle = wait_for("capacity of sim-eu", Duration::from_secs(20), async || {
-        let v = c.capacity(false).await.ok()?;
-        (v.fleet.total > 0).then_some(v.fleet)
-    })
-    .await;
     assert_eq!(idle.allocated, 0, "nothing runs yet: {idle:?}");
 
     let (w, created) = c

@@ -3,7 +3,6 @@
 //! ever ran; and an agent that was away while the federation compacted a finished workload
 //! (so it never saw that `cancel`) removes its copy when it replays its assignments.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tideway_api::WorkloadPhase;
@@ -12,25 +11,10 @@ use tideway_api::client::Client;
 
 use crate::common::*;
 
-fn layout(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/dev")).join(format!("{name}.yaml"))
-}
-
 fn job(name: &str, seconds: u64) -> String {
     format!(
         r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"{name}","annotations":{{"tideway.dev/sim-runtime-seconds":"{seconds}"}}}},"spec":{{"queue":"default","class":"training","podSets":[{{"name":"w","count":1,"gpusPerPod":8,"flavor":"H100"}}]}}}}"#
     )
-}
-
-async fn wait_for<T>(what: &str, within: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(start.elapsed() < within, "{what} not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn agent_log(dir: &std::path::Path) -> String {
@@ -39,26 +23,7 @@ fn agent_log(dir: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_is_removed_from_the_member_and_so_is_work_compacted_while_the_agent_was_away() {
-    let mut tc = cluster(
-        1,
-        &["--member-heartbeat-ms", "300", "--retain-terminal", "3"],
-    )
-    .await;
-    tc.c.add_agent(
-        "sim-eu",
-        "eu-west",
-        &layout("sim-eu"),
-        &["--heartbeat-ms", "300"],
-    )
-    .await
-    .expect("agent");
-    let addr = tc.c.addrs()[0].clone();
-    let c = Client::new(&addr).unwrap();
-    let idle = wait_for("capacity of sim-eu", Duration::from_secs(20), async || {
-        let v = c.capacity(false).await.ok()?;
-        (v.fleet.total > 0).then_some(v.fleet)
-    })
-    .await;
+    let (mut tc, c, idle) = one_node_with_sim_eu().await;
 
     // 1. A success: recorded, then the member forgets the work (not only stops it).
     let (w, _) = c
