@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use tideway_api::WorkloadPhase;
 use tideway_api::agent::LocalPhase;
-use tideway_api::client::Client;
 
 use crate::common::*;
 
