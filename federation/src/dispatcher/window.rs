@@ -159,15 +159,17 @@ impl PendingIndex {
             .map(|(k, w)| (*k, w))
     }
 
-    /// Each group's first `k` members (`HEAD`, or what `wide` says), less `skip` (uids that
-    /// sit the cycle out), plus any in `force` (holders of capacity, shown wherever they are).
+    /// Puts in `input` each group's first `k` members (`HEAD`, or what `wide` says), less
+    /// `skip` (uids that sit the cycle out), plus any in `force` (holders of capacity, shown
+    /// wherever they are), and the count of those left out per flavor; answers the groups.
     pub fn select(
         &self,
         wide: &HashMap<GroupKey, usize>,
         skip: &HashSet<String>,
         force: &HashSet<String>,
-        now: DateTime<Utc>,
+        input: &mut SchedulerInput,
     ) -> Window {
+        let now = input.now;
         let mut pending = Vec::new();
         let mut groups = Vec::new();
         let mut unshown: BTreeMap<String, u32> = BTreeMap::new();
@@ -204,11 +206,9 @@ impl PendingIndex {
             });
         }
         pending.sort_unstable_by_key(|p| p.seq);
-        Window {
-            pending,
-            groups,
-            unshown,
-        }
+        input.pending = pending;
+        input.unshown_pending = unshown;
+        Window { groups }
     }
 }
 
@@ -222,12 +222,19 @@ pub struct Shown {
     pub truncated: bool,
 }
 
-/// What a cycle shows the core.
+/// The groups a cycle showed the core (the workloads themselves are in its input).
 #[derive(Debug)]
 pub struct Window {
-    pub pending: Vec<PendingWorkload>,
     pub groups: Vec<Shown>,
-    pub unshown: BTreeMap<String, u32>,
+}
+
+/// Where each workload's decision is in `out`, by uid.
+fn decision_index(out: &SchedulerOutput) -> HashMap<&str, usize> {
+    out.decisions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.uid(), i))
+        .collect()
 }
 
 impl Window {
@@ -252,12 +259,7 @@ impl Window {
     /// Each truncated group's answer for the members left out: the index, in `out`, of its
     /// last shown member's (pending) decision.
     pub fn representatives(&self, out: &SchedulerOutput) -> HashMap<GroupKey, (usize, usize)> {
-        let by_uid: HashMap<&str, usize> = out
-            .decisions
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.uid(), i))
-            .collect();
+        let by_uid = decision_index(out);
         self.groups
             .iter()
             .filter(|g| g.truncated)
@@ -291,19 +293,11 @@ pub fn run(
     let mut runs = 0;
     loop {
         runs += 1;
-        let window = index.select(wide, skip, &force, base.now);
         let mut input = base.clone();
-        input.pending = window.pending.clone();
-        input.unshown_pending = window.unshown.clone();
+        let window = index.select(wide, skip, &force, &mut input);
         prepare(&mut input);
         let out = schedule(&input);
-        let by_uid: HashMap<&str, usize> = out
-            .decisions
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.uid(), i))
-            .collect();
-        let open = window.open(&out, &by_uid);
+        let open = window.open(&out, &decision_index(&out));
         if open.is_empty() {
             return (input, out, window, runs);
         }

@@ -369,7 +369,7 @@ fn a_long_run_of_alike_work_is_shown_as_its_head() {
         unshown_pending: Default::default(),
     };
     base.settings.preemption = false;
-    let (input, out, window, runs) =
+    let (input, out, _window, runs) =
         run(&base, &index, &HashSet::new(), &mut HashMap::new(), |_| {});
     let assigned = out
         .decisions
@@ -387,7 +387,7 @@ fn a_long_run_of_alike_work_is_shown_as_its_head() {
         input.pending.len()
     );
     assert_eq!(
-        window.unshown.get("H100").copied().unwrap_or(0) as usize + input.pending.len(),
+        input.unshown_pending.get("H100").copied().unwrap_or(0) as usize + input.pending.len(),
         1000
     );
     assert!(runs >= 1);
