@@ -38,7 +38,7 @@ fn body(name: &str) -> String {
 }
 
 /// Resident set size of `pid` in KiB, from /proc (Linux only).
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+pub(crate) fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     s.lines()

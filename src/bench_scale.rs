@@ -286,19 +286,6 @@ fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
     )
 }
 
-/// The resident set of a process, in MiB, from `/proc` (Linux only).
-fn rss_mib(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = s
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
-}
-
 pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let mut c = Launcher::start(3).await?;
     let leader = c.wait_for_leader(Duration::from_secs(30)).await?;
@@ -404,8 +391,11 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         "workloads by phase on the leader",
     );
 
-    if let Some(rss) = c.pid(leader).and_then(rss_mib) {
-        println!("  leader RSS: {rss:.0} MiB");
+    if let Some(kib) = c
+        .pid(leader)
+        .and_then(|p| crate::bench_rss::rss_kib(p).ok())
+    {
+        println!("  leader RSS: {:.0} MiB", kib as f64 / 1024.0);
     }
 
     let t = RealClock.instant();
