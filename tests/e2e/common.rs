@@ -308,3 +308,21 @@ pub async fn one_node_with_sim_eu() -> (TestCluster, Client, tideway_api::capaci
     .await;
     (tc, c, idle)
 }
+
+/// The audit records of `kind` as `tideway events --kind KIND -o json` prints them (one JSON
+/// object a line), or the CLI's standard error when it fails.
+pub fn cli_events(addr: &str, token: &str, kind: &str) -> Result<Vec<serde_json::Value>, String> {
+    let out = std::process::Command::new(BIN)
+        .args([
+            "events", "--kind", kind, "-o", "json", "--addr", addr, "--token", token,
+        ])
+        .output()
+        .expect("tideway events runs");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}

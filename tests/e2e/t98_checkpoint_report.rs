@@ -48,21 +48,7 @@ fn job(name: &str) -> String {
 }
 
 fn events(addr: &str, token: &str, kind: &str) -> Vec<serde_json::Value> {
-    let out = std::process::Command::new(BIN)
-        .args([
-            "events", "--kind", kind, "-o", "json", "--addr", addr, "--token", token,
-        ])
-        .output()
-        .expect("tideway events runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    crate::common::cli_events(addr, token, kind).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// Workload name -> (cluster, reported checkpoint) of every workload with one.
