@@ -195,8 +195,12 @@ mod tests {
     }
 
     fn reported(uid: &str, attempt: u32, at: DateTime<Utc>) -> Command {
+        reported_by("a", uid, attempt, at)
+    }
+
+    fn reported_by(cluster: &str, uid: &str, attempt: u32, at: DateTime<Utc>) -> Command {
         Command::ReportCheckpoints {
-            cluster: "a".into(),
+            cluster: cluster.into(),
             checkpoints: vec![ReportedCheckpoint {
                 uid: uid.into(),
                 attempt,
@@ -252,14 +256,7 @@ mod tests {
             reported("u1", 1, t(50)),
             reported("u1", 1, t(40)),
             reported("u1", 2, t(60)),
-            Command::ReportCheckpoints {
-                cluster: "b".into(),
-                checkpoints: vec![ReportedCheckpoint {
-                    uid: "u1".into(),
-                    attempt: 1,
-                    at: t(70),
-                }],
-            },
+            reported_by("b", "u1", 1, t(70)),
         ]
         .into_iter()
         .enumerate()
