@@ -36,6 +36,7 @@ pub mod queue;
 pub mod quota_schedule;
 pub mod role_binding;
 pub mod rollout;
+pub mod tuning;
 pub mod usage;
 pub mod validation;
 pub mod watch;

@@ -15,6 +15,7 @@ use crate::queue::Queue;
 use crate::quota_schedule::{QuotaSchedule, QuotaTarget};
 use crate::role_binding::RoleBinding;
 use crate::rollout::Rollout;
+use crate::tuning::SchedulerTuning;
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 use crate::workload::DEFAULT_PRIORITY_CLASS;
 
@@ -103,7 +104,7 @@ impl PolicySpec {
 
 /// Knobs of the scheduler core; every one is part of the policy version so a replay
 /// reproduces decisions exactly.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SchedulerSettings {
@@ -125,6 +126,11 @@ pub struct SchedulerSettings {
     pub tie_break_seed: u64,
     /// Applied to workloads that name no priority class.
     pub default_priority_class: String,
+    /// The core's implementation knobs (reservations, reclaim, routing weights, graces).
+    /// Part of the version like the rest, so the live leader, `tideway simulate` and a
+    /// dry-run decide with the same values. Left out of a document when all are defaults.
+    #[serde(skip_serializing_if = "SchedulerTuning::is_default")]
+    pub tuning: SchedulerTuning,
 }
 
 impl Default for SchedulerSettings {
@@ -139,6 +145,7 @@ impl Default for SchedulerSettings {
             max_reschedule_attempts: 3,
             tie_break_seed: 0,
             default_priority_class: DEFAULT_PRIORITY_CLASS.to_owned(),
+            tuning: SchedulerTuning::default(),
         }
     }
 }
@@ -296,6 +303,7 @@ impl CheckAt for Policy {
             0,
             100,
         );
+        st.tuning.check(&at(&sp, "tuning"), c);
         let default_pc = at(&sp, "defaultPriorityClass");
         c.name(default_pc.clone(), &st.default_priority_class);
         if !s.priority_classes.is_empty() && s.priority_class(&st.default_priority_class).is_none()
@@ -367,6 +375,48 @@ mod tests {
             "spec.priorityClasses[0].spec.allowedQueues[0]",
             "spec.scheduler.defaultPriorityClass",
             "spec.scheduler.maxPreemptionsPerMinute",
+        ] {
+            assert!(errs.has_field(field), "missing {field} in {errs}");
+        }
+    }
+
+    /// The core's knobs ride in the policy: decoded strictly, range-checked on apply with
+    /// the full path, and left out of the document when all are defaults.
+    #[test]
+    fn scheduler_tuning_is_part_of_the_policy() {
+        let mut p: Policy = decode_yaml(SAMPLE.as_bytes()).unwrap();
+        let plain = serde_json::to_string(&p).unwrap();
+        assert!(!plain.contains("tuning"), "{plain}");
+
+        let yaml = SAMPLE.replace(
+            "  scheduler:\n",
+            "  scheduler:\n    tuning: {reclaimMinGpus: 12, weights: {binpack: 2}}\n",
+        );
+        assert_ne!(yaml, SAMPLE, "the sample has a scheduler section");
+        let tuned: Policy = decode_yaml(yaml.as_bytes()).unwrap();
+        assert_eq!(tuned.spec.scheduler.tuning.reclaim_min_gpus, Some(12));
+        assert_eq!(tuned.spec.scheduler.tuning.weights.binpack, 2.0);
+        tuned.validate().unwrap();
+        let json = serde_json::to_string(&tuned).unwrap();
+        assert_eq!(decode_json::<Policy>(json.as_bytes()).unwrap(), tuned);
+
+        let typo = SAMPLE.replace(
+            "  scheduler:\n",
+            "  scheduler:\n    tuning: {maxReservation: 0}\n",
+        );
+        let err = decode_yaml::<Policy>(typo.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("maxReservation"), "{err}");
+
+        p.spec.scheduler.tuning.reservation_idle_factor = -1.0;
+        p.spec.scheduler.tuning.weights.fragmentation = f64::NAN;
+        p.spec.scheduler.tuning.max_reason_clusters = 0;
+        let errs = p.validate().unwrap_err();
+        for field in [
+            "spec.scheduler.tuning.reservationIdleFactor",
+            "spec.scheduler.tuning.weights.fragmentation",
+            "spec.scheduler.tuning.maxReasonClusters",
         ] {
             assert!(errs.has_field(field), "missing {field} in {errs}");
         }

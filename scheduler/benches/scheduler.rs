@@ -19,7 +19,7 @@ use tideway_api::{
 };
 use tideway_scheduler::{
     ClusterView, PendingWorkload, PodCount, PoolPlacement, PreemptionBudget, RunningWorkload,
-    SchedulerInput, SchedulerTuning, schedule,
+    SchedulerInput, schedule,
 };
 
 const FLAVORS: [&str; 4] = ["H100", "A100", "L40S", "MI300"];
@@ -268,7 +268,6 @@ fn input(pending: usize) -> SchedulerInput {
         now,
         seed: 1,
         settings: SchedulerSettings::default(),
-        tuning: SchedulerTuning::default(),
         queues: queues(),
         priority_classes: classes(),
         clusters,

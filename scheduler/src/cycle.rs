@@ -332,7 +332,7 @@ pub fn plus_secs(t: DateTime<Utc>, secs: u64) -> DateTime<Utc> {
 
 impl<'a> Cycle<'a> {
     pub fn new(input: &'a SchedulerInput) -> Self {
-        let tuning = &input.tuning;
+        let tuning = &input.settings.tuning;
         let now = input.now;
 
         let clusters: Vec<ClusterState> = input

@@ -27,9 +27,6 @@ pub struct SchedulerInput {
     /// number so ties rotate between cycles yet replay identically.
     pub seed: u64,
     pub settings: SchedulerSettings,
-    /// Knobs of this implementation that the policy bundle does not (yet) carry.
-    #[serde(default)]
-    pub tuning: SchedulerTuning,
     pub queues: Vec<Queue>,
     pub priority_classes: Vec<PriorityClass>,
     pub clusters: Vec<ClusterView>,
@@ -228,157 +225,7 @@ pub struct PodCount {
     pub count: u32,
 }
 
-/// Routing score weights; every term is normalised to 0..=1 and lower scores win.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct RoutingWeights {
-    /// Prefer pools left fuller (bin packing keeps whole nodes free for big gangs).
-    pub binpack: f64,
-    /// Prefer placements that strand the fewest GPUs in the chosen domain.
-    pub fragmentation: f64,
-    /// For `placement.spread`: prefer clusters with fewer replicas of the same group.
-    pub spread_cluster: f64,
-    /// For `placement.spread`: prefer regions with fewer replicas of the same group.
-    pub spread_region: f64,
-}
-
-impl Default for RoutingWeights {
-    fn default() -> Self {
-        Self {
-            binpack: 1.0,
-            fragmentation: 1.0,
-            spread_cluster: 1.0,
-            spread_region: 1.0,
-        }
-    }
-}
-
-/// The order among pending workloads of equal priority and fair share.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum QueueOrder {
-    /// Submission order.
-    #[default]
-    Fifo,
-    /// Least expected GPU-time first (run-time estimate times GPUs), like Helios's QSSF:
-    /// better average completion time when estimates are good, at the price of FIFO
-    /// fairness. Aging still lifts long-waiting work.
-    ShortestExpectedFirst,
-}
-
-/// Implementation knobs, each with a default that suits a fleet of tens of clusters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct SchedulerTuning {
-    /// A gang that waited this long without fitting may get a reservation.
-    pub reservation_after_seconds: u64,
-    /// Live reservations at once, fleet-wide; 0 (the default) turns reservations off. On the
-    /// contended Philly replay (docs/scheduling.md) every row with reservations had a worse
-    /// average completion time than the same row without (by about 5%) and did not shorten
-    /// the gangs' wait either, while guarantee reclaim gives a queue's gangs their nodes back
-    /// within a bounded time. Turn them on (16 is a fair size for tens of clusters) where
-    /// gangs borrow beyond their guarantee and must not starve.
-    pub max_reservations: u32,
-    /// Live reservations per cluster (and never two on the same flavor of one cluster).
-    pub max_reservations_per_cluster: u32,
-    /// Only gangs of at least this many GPUs (of one flavor) get reservations; unset means
-    /// one node's GPUs, i.e. work that needs whole nodes, which a stream of small jobs can
-    /// starve. Smaller work fits into any freed GPUs and only waits its turn.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reservation_min_gpus: Option<u64>,
-    /// What a reservation may cost others per second of waiting it saves its gang: the
-    /// GPU-seconds it is expected to keep idle, over the mean GPUs of the pending work, may
-    /// be at most this many times the gang's wait so far (see `reservation`). 0 allows
-    /// reservations only where nobody else waits.
-    pub reservation_idle_factor: f64,
-    /// Assumed runtime of work without an estimate: when running work is expected to end
-    /// (reservation start times) and how long pending work would hold what it takes
-    /// (backfill). Conservative on purpose: a short guess would break reservations.
-    pub default_runtime_estimate_seconds: u64,
-    /// How equals (same priority, same fair share) are ordered.
-    pub order: QueueOrder,
-    /// Stop assigning after this many decisions in one cycle (`Queued` for the rest).
-    pub max_assignments_per_cycle: Option<u32>,
-    /// Preemption plans evaluated per cycle; bounds the cycle's cost under overload.
-    pub max_preemption_attempts_per_cycle: u32,
-    /// Notice given to a victim that cannot checkpoint.
-    pub preemption_grace_seconds: u64,
-    /// Notice given to a checkpointable victim, to write a checkpoint first.
-    pub checkpoint_grace_seconds: u64,
-    /// The least notice a `cautious` victim gets.
-    pub cautious_grace_seconds: u64,
-    pub weights: RoutingWeights,
-    /// Training-like work goes to training or shared pools, inference to inference or
-    /// shared pools; eval and experiment go anywhere.
-    pub pool_affinity: bool,
-    /// Inference replicas carrying this label spread against each other; others spread
-    /// within their queue.
-    pub spread_label: String,
-    /// Per-cluster lists inside a `PendingReason` are cut to this many entries (the full
-    /// breakdown is in the explanation), so 100,000 reasons stay small.
-    pub max_reason_clusters: usize,
-    /// Only gangs of at least this many GPUs (of one flavor) reclaim their queue's lent
-    /// guarantee from equal-priority borrowers of the cohort; unset: every workload within
-    /// its guarantee does. Smaller work of a queue below its guarantee is still ordered
-    /// first by fair share and fits into the next freed GPUs, so evicting a borrower for it
-    /// (losing the victim's work when it cannot checkpoint) buys little; a gang of whole
-    /// nodes, by contrast, may never see them freed without reclaim.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaim_min_gpus: Option<u64>,
-    /// Reclaim from equal-priority borrowers of the cohort evicts only work that would lose
-    /// at most this much (seconds since its start or last checkpoint; not-started work loses
-    /// none); unset: any borrower. Evicting a borrower that cannot checkpoint throws away all
-    /// it ran, and on a heavy-tailed trace the cheapest victims to empty a whole node with
-    /// are often one long job of that node: bounding the loss keeps reclaim to recently
-    /// started borrowers, and a gang that finds none waits for the next ones to start.
-    /// Victims of a higher-priority preemptor are not bounded by it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaim_max_work_lost_seconds: Option<u64>,
-    /// Reclaim from equal-priority borrowers evicts only work that would lose at most this
-    /// many times as long as the reclaiming workload has waited (a gang that waited a day
-    /// may cost a borrower a day's work, one that waited a minute only a minute's); unset:
-    /// no such bound. With `reclaimMaxWorkLostSeconds` the smaller bound applies.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaim_loss_per_wait: Option<f64>,
-    /// When a gang needs whole nodes freed, empty first the nodes whose victims lose the
-    /// least work (GPU-seconds since start or last checkpoint), fewest victims breaking
-    /// ties (the default); off: fewest victims first, work lost breaking ties. Work that
-    /// cannot checkpoint loses all it ran, so one long job is a dearer victim than three
-    /// that just started: on the contended Philly replay (docs/simulator.md) reclaim lost
-    /// 24,464 GPU-hours this way against 74,182 with fewest victims first.
-    pub nodes_by_work_lost: bool,
-    /// Only gangs whose queue stays within its guarantee with them get reservations; work
-    /// that would borrow waits for idle capacity instead of holding it idle for itself.
-    pub reservation_within_guarantee: bool,
-}
-
-impl Default for SchedulerTuning {
-    fn default() -> Self {
-        Self {
-            reservation_after_seconds: 1800,
-            max_reservations: 0,
-            max_reservations_per_cluster: 1,
-            reservation_min_gpus: None,
-            reservation_idle_factor: 1.0,
-            default_runtime_estimate_seconds: 24 * 3600,
-            order: QueueOrder::Fifo,
-            max_assignments_per_cycle: None,
-            max_preemption_attempts_per_cycle: 64,
-            preemption_grace_seconds: 30,
-            checkpoint_grace_seconds: 300,
-            cautious_grace_seconds: 600,
-            weights: RoutingWeights::default(),
-            pool_affinity: true,
-            spread_label: "tideway.dev/replica-of".to_owned(),
-            max_reason_clusters: 5,
-            reclaim_min_gpus: None,
-            reclaim_max_work_lost_seconds: None,
-            reclaim_loss_per_wait: None,
-            nodes_by_work_lost: true,
-            reservation_within_guarantee: false,
-        }
-    }
-}
+pub use tideway_api::tuning::{QueueOrder, RoutingWeights, SchedulerTuning};
 
 /// The identity decisions use: the uid, or the name for objects not yet stored.
 pub fn uid_of(w: &Workload) -> &str {
@@ -486,7 +333,6 @@ mod tests {
             now: "2030-01-01T00:00:00Z".parse().unwrap(),
             seed: 0,
             settings: SchedulerSettings::default(),
-            tuning: SchedulerTuning::default(),
             queues: Vec::new(),
             priority_classes: Vec::new(),
             clusters: Vec::new(),

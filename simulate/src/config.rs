@@ -373,7 +373,9 @@ pub struct SimulatorSettings {
     pub running_view: RunningView,
     /// Time between `timeseries.csv` rows; by default about 2,000 rows over the run.
     pub sample_seconds: Option<u64>,
-    /// Knobs of the scheduler core that the policy bundle does not carry.
+    /// The scheduler core's knobs. Written here by files from before the policy carried
+    /// them (`spec.scheduler.tuning`), and still accepted: loading copies them into the
+    /// policy, and otherwise copies the policy's here, so both always hold the same values.
     pub tuning: SchedulerTuning,
 }
 
@@ -426,6 +428,25 @@ impl SimPolicy {
             path: path.to_owned(),
             source,
         })?;
+        let mut file = file;
+        // One set of knobs: the policy's, or the simulator section's (the older spelling).
+        // Both given and different would leave a reader guessing which one ran.
+        let in_policy = &file.spec.scheduler.tuning;
+        let in_sim = &file.simulator.tuning;
+        if !in_sim.is_default() {
+            if !in_policy.is_default() && in_policy != in_sim {
+                return Err(SimulateError::Config {
+                    path: path.to_owned(),
+                    field: "simulator.tuning".to_owned(),
+                    reason: "differs from spec.scheduler.tuning: set the knobs in one place \
+                             (spec.scheduler.tuning, which the live leader reads too)"
+                        .to_owned(),
+                });
+            }
+            file.spec.scheduler.tuning = in_sim.clone();
+        } else {
+            file.simulator.tuning = in_policy.clone();
+        }
         let mut policy = Policy::new(file.metadata.name.clone(), file.spec);
         policy.api_version = file.api_version;
         policy.kind = file.kind;
@@ -601,5 +622,58 @@ simulator:
         let dangling = String::from_utf8_lossy(yaml).replace("\"6214e9\": vc1", "\"6214e9\": nope");
         let e = SimPolicy::from_yaml(dangling.as_bytes(), Path::new("p.yaml")).unwrap_err();
         assert!(e.to_string().contains("simulator.queueMap"), "{e}");
+    }
+
+    /// The knobs are the policy's (`spec.scheduler.tuning`, which the live leader reads);
+    /// the simulator section's older spelling is copied into the policy it runs, and a file
+    /// that sets both differently is refused rather than guessed at.
+    #[test]
+    fn tuning_in_the_policy_or_the_simulator_section_runs_the_same() {
+        let base = r#"apiVersion: tideway.dev/v1alpha1
+kind: Policy
+metadata: { name: p }
+spec:
+  queues:
+    - apiVersion: tideway.dev/v1alpha1
+      kind: Queue
+      metadata: { name: vc1 }
+      spec: { tenant: vc1 }
+  scheduler:
+    preemption: true
+POLICY
+simulator:
+  mode: scheduler
+SIM
+"#;
+        let load = |policy: &str, sim: &str| {
+            let y = base.replace("POLICY", policy).replace("SIM", sim);
+            SimPolicy::from_yaml(y.as_bytes(), Path::new("p.yaml"))
+        };
+        let in_policy = load("    tuning: { reclaimMinGpus: 12 }", "").unwrap();
+        let in_sim = load("", "  tuning: { reclaimMinGpus: 12 }").unwrap();
+        for p in [&in_policy, &in_sim] {
+            assert_eq!(p.policy.spec.scheduler.tuning.reclaim_min_gpus, Some(12));
+            assert_eq!(p.simulator.tuning, p.policy.spec.scheduler.tuning);
+        }
+        assert_eq!(in_policy.policy.spec, in_sim.policy.spec);
+        // The same values in both places are one setting.
+        load(
+            "    tuning: { reclaimMinGpus: 12 }",
+            "  tuning: { reclaimMinGpus: 12 }",
+        )
+        .unwrap();
+        let e = load(
+            "    tuning: { reclaimMinGpus: 12 }",
+            "  tuning: { reclaimMinGpus: 16 }",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("simulator.tuning"), "{e}");
+        assert!(e.contains("spec.scheduler.tuning"), "{e}");
+        // Out of range in the older spelling is caught by the policy's checks.
+        let e = load("", "  tuning: { reservationIdleFactor: -1 }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reservationIdleFactor"), "{e}");
     }
 }

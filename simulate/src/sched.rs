@@ -117,7 +117,6 @@ impl SchedState {
                 now: to_utc(0),
                 seed: 0,
                 settings: scheduler_settings,
-                tuning: settings.tuning.clone(),
                 queues: policy.spec.queues.clone(),
                 priority_classes: policy.spec.priority_classes.clone(),
                 clusters: Vec::new(),
@@ -495,7 +494,7 @@ impl Engine {
         let largest_node_free = self.fleet().largest_node_free();
         let preemption = st.input.settings.preemption;
         let all = preemption || st.pending_view == PendingView::All;
-        let tuning = &st.input.tuning;
+        let tuning = &st.input.settings.tuning;
         let reserve_min = (tuning.max_reservations > 0).then(|| {
             tuning
                 .reservation_min_gpus

@@ -26,7 +26,7 @@ use crate::state::command::Command;
 use crate::state::scheduling::{AssignDecision, CycleDecisions, PreemptDecision, Reservation};
 use tideway_scheduler::{
     ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
-    SchedulerOutput, SchedulerTuning,
+    SchedulerOutput,
 };
 
 /// Most changed pending reasons written per cycle: a backlog of 100,000 new workloads gets
@@ -272,7 +272,6 @@ pub fn capture(
     let input = SchedulerInput {
         now,
         seed: settings.tie_break_seed ^ cycle,
-        tuning: SchedulerTuning::default(),
         queues,
         priority_classes: state.priority_classes.values().cloned().collect(),
         clusters,

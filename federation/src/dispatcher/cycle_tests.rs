@@ -368,3 +368,47 @@ fn the_input_prices_running_work_from_its_reported_checkpoint() {
     let input = build_input(&s, |_| Some(digest(t(6))), t(60), 1);
     assert_eq!(input.running[0].last_checkpoint_at, Some(t(30)));
 }
+
+/// The live leader schedules with the tuning of the applied policy version, not the core's
+/// defaults: a knob set in `spec.scheduler.tuning` reaches the cycle's input, and a policy
+/// without one gets the defaults back.
+#[test]
+fn the_input_carries_the_applied_policys_tuning() {
+    use tideway_api::{Policy, PolicySpec};
+    let mut s = state();
+    let before = build_input(&s, |_| Some(digest(t(4))), t(60), 7);
+    assert_eq!(
+        before.settings.tuning,
+        tideway_scheduler::SchedulerTuning::default()
+    );
+
+    let mut spec = PolicySpec {
+        queues: vec![crate::state::bootstrap::default_queue()],
+        priority_classes: crate::state::bootstrap::default_priority_classes(),
+        ..Default::default()
+    };
+    spec.scheduler.tuning.max_assignments_per_cycle = Some(1);
+    spec.scheduler.tuning.reclaim_min_gpus = Some(16);
+    let put = |s: &mut FederationState, index: u64, spec: PolicySpec| {
+        s.apply(
+            index,
+            Command::PutPolicy {
+                policy: Box::new(Policy::new("fleet", spec)),
+                at: t(10),
+            },
+        )
+    };
+    let r = put(&mut s, 6, spec.clone());
+    assert!(
+        !matches!(r, crate::state::command::CommandResult::Rejected { .. }),
+        "{r:?}"
+    );
+    let input = build_input(&s, |_| Some(digest(t(4))), t(60), 7);
+    assert_eq!(input.settings.tuning.max_assignments_per_cycle, Some(1));
+    assert_eq!(input.settings.tuning.reclaim_min_gpus, Some(16));
+
+    spec.scheduler.tuning = Default::default();
+    put(&mut s, 7, spec);
+    let after = build_input(&s, |_| Some(digest(t(4))), t(60), 7);
+    assert_eq!(after.settings.tuning.max_assignments_per_cycle, None);
+}

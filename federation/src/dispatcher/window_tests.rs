@@ -15,7 +15,7 @@ use tideway_api::{
 };
 use tideway_scheduler::{
     ClusterView, Decision, PendingWorkload, PreemptionBudget, RunningWorkload, SchedulerInput,
-    SchedulerTuning, schedule,
+    schedule,
 };
 
 use super::window::{PendingIndex, run};
@@ -272,7 +272,6 @@ fn case() -> impl Strategy<Value = Case> {
                 now: t(seq as i64 * 7 + 4000),
                 seed,
                 settings,
-                tuning: SchedulerTuning::default(),
                 queues: queues(team_h100),
                 priority_classes: crate::state::bootstrap::default_priority_classes(),
                 clusters,
@@ -355,7 +354,6 @@ fn a_long_run_of_alike_work_is_shown_as_its_head() {
         now: t(5000),
         seed: 1,
         settings: SchedulerSettings::default(),
-        tuning: SchedulerTuning::default(),
         queues: queues(0),
         priority_classes: crate::state::bootstrap::default_priority_classes(),
         clusters: vec![cluster("c0", [2, 0, 0])],

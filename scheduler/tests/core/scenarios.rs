@@ -353,7 +353,7 @@ fn absurd_input_neither_panics_nor_hangs() {
     running.accounted_in_digest = true;
     running.cluster = "gone".into();
     input.running.push(running);
-    input.tuning.weights.binpack = f64::NAN;
+    input.settings.tuning.weights.binpack = f64::NAN;
     let out = schedule(&input);
     assert_eq!(out.decisions.len(), 2);
     assert_eq!(out, schedule(&input));

@@ -318,8 +318,10 @@ impl Fleet {
         SchedulerInput {
             now: self.now,
             seed: self.seed,
-            settings: self.settings.clone(),
-            tuning: self.tuning.clone(),
+            settings: SchedulerSettings {
+                tuning: self.tuning.clone(),
+                ..self.settings.clone()
+            },
             queues: self.queues.clone(),
             priority_classes: self.classes.clone(),
             clusters: self
