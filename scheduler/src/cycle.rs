@@ -27,7 +27,7 @@ use super::explain::{Explanation, Unblock};
 use super::fair_share::dominant_share;
 use super::hash::{DetMap, tie_break};
 use super::input::{PodCount, PoolPlacement, SchedulerInput, SchedulerTuning, uid_of};
-use super::ordering::{Order, PriorityBook, Rank};
+use super::ordering::{HeadKey, Order, PriorityBook, Rank};
 use super::quota::{QuotaBlock, QuotaBook};
 use super::reclaim::SideBook;
 use super::tidal::FleetSide;
@@ -730,24 +730,23 @@ impl<'a> Cycle<'a> {
         for (i, q) in self.queue_of.iter().enumerate() {
             lists[q.unwrap_or(nq)].push(i as u32);
         }
-        let fair = self.input.settings.fair_sharing;
-        let book = &self.book;
-        let share = |l: usize| {
-            if fair && l < nq {
-                dominant_share(book, l)
-            } else {
-                0.0
-            }
-        };
-        let mut order = Order::new(lists, &self.ranks, share);
+        let mut order = Order::new(lists, &self.ranks, |l, idx| self.head_key(l, idx));
         while let Some((l, idx)) = order.pop() {
             self.decide(idx);
-            let share = if fair && l < nq {
+            order.advance(l, &self.ranks, |l, idx| self.head_key(l, idx));
+        }
+    }
+
+    /// List `l`'s order key with pending `idx` at its head (see `ordering`).
+    fn head_key(&self, l: usize, idx: u32) -> HeadKey {
+        let fair = self.input.settings.fair_sharing;
+        HeadKey {
+            borrows: self.side_borrows(idx),
+            share: if fair && l < self.book.queues.len() {
                 dominant_share(&self.book, l)
             } else {
                 0.0
-            };
-            order.advance(l, &self.ranks, share);
+            },
         }
     }
 

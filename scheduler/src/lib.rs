@@ -43,6 +43,7 @@ mod ordering;
 mod preemption;
 mod quota;
 mod reclaim;
+pub use reclaim::side_guarantee_at;
 mod reservation;
 pub mod rollout;
 mod routing;

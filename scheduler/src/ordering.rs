@@ -2,10 +2,15 @@
 //!
 //! 1. effective priority: the class value aged by waiting time (rate and cap from the class),
 //!    so low-priority work cannot starve forever yet never overtakes a truly higher class;
-//! 2. weighted dominant-resource fair share of the workload's queue, lowest first;
-//! 3. with `tuning.order: shortestExpectedFirst`, the least expected GPU-time (run-time
+//! 2. work its fleet side is owed before work that would borrow: under tidal side quotas, a
+//!    workload that fits within its side's guarantee goes before one of the other side that
+//!    would run beyond its own (Kueue orders work within nominal quota before borrowing work
+//!    the same way), so training that merely borrows never takes the capacity inference is
+//!    guaranteed, and inference need not evict it again;
+//! 3. weighted dominant-resource fair share of the workload's queue, lowest first;
+//! 4. with `tuning.order: shortestExpectedFirst`, the least expected GPU-time (run-time
 //!    estimate times GPUs, as Helios's QSSF) first;
-//! 4. FIFO by submission sequence number.
+//! 5. FIFO by submission sequence number.
 //!
 //! Fair share changes as the cycle admits work, so a static sort cannot express it. Each
 //! queue's workloads are sorted once by (priority, seq); the cycle then repeatedly takes the
@@ -57,9 +62,19 @@ pub struct Rank {
     pub seq: u64,
 }
 
+/// What a queue's head is ranked by besides its own [`Rank`]: whether it would borrow beyond
+/// its side's guarantee, and its queue's current fair share. Both change as the cycle admits
+/// work, so they are read when the head is (re)queued.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadKey {
+    pub borrows: bool,
+    pub share: f64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Head {
     effective: i64,
+    borrows: bool,
     share: Share,
     expected: u64,
     seq: u64,
@@ -67,10 +82,12 @@ struct Head {
 }
 
 impl Ord for Head {
-    /// `BinaryHeap` pops the greatest: higher priority, then lower share, then lower seq.
+    /// `BinaryHeap` pops the greatest: higher priority, then not borrowing, then lower
+    /// share, then lower seq.
     fn cmp(&self, other: &Self) -> Ordering {
         self.effective
             .cmp(&other.effective)
+            .then_with(|| other.borrows.cmp(&self.borrows))
             .then_with(|| other.share.cmp(&self.share))
             .then_with(|| other.expected.cmp(&self.expected))
             .then_with(|| other.seq.cmp(&self.seq))
@@ -93,8 +110,13 @@ pub struct Order {
 
 impl Order {
     /// `lists[l]` holds pending indices of one queue (the last list: unknown queues);
-    /// `ranks` is indexed by pending index; `share(l)` is a list's current share.
-    pub fn new(mut lists: Vec<Vec<u32>>, ranks: &[Rank], share: impl Fn(usize) -> f64) -> Self {
+    /// `ranks` is indexed by pending index; `key(l, idx)` is list `l`'s key with `idx` at
+    /// its head.
+    pub fn new(
+        mut lists: Vec<Vec<u32>>,
+        ranks: &[Rank],
+        key: impl Fn(usize, u32) -> HeadKey,
+    ) -> Self {
         for list in &mut lists {
             list.sort_unstable_by(|a, b| {
                 let (ra, rb) = (ranks[*a as usize], ranks[*b as usize]);
@@ -109,9 +131,11 @@ impl Order {
         for (l, list) in lists.iter().enumerate() {
             if let Some(&first) = list.first() {
                 let r = ranks[first as usize];
+                let k = key(l, first);
                 heap.push(Head {
                     effective: r.effective,
-                    share: Share(share(l)),
+                    borrows: k.borrows,
+                    share: Share(k.share),
                     expected: r.expected,
                     seq: r.seq,
                     list: l,
@@ -135,12 +159,14 @@ impl Order {
         Some((l, idx))
     }
 
-    pub fn advance(&mut self, l: usize, ranks: &[Rank], share: f64) {
+    pub fn advance(&mut self, l: usize, ranks: &[Rank], key: impl Fn(usize, u32) -> HeadKey) {
         if let Some(&idx) = self.lists[l].get(self.pos[l]) {
             let r = ranks[idx as usize];
+            let k = key(l, idx);
             self.heap.push(Head {
                 effective: r.effective,
-                share: Share(share),
+                borrows: k.borrows,
+                share: Share(k.share),
                 expected: r.expected,
                 seq: r.seq,
                 list: l,
@@ -179,13 +205,31 @@ mod tests {
         ];
         // Queue 0 holds 0 and 1; queue 1 holds 2 and 3. Queue 1 has the higher share.
         let shares = [0.1, 0.5];
-        let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, |l| shares[l]);
+        let key = |l: usize, _| HeadKey {
+            borrows: false,
+            share: shares[l],
+        };
+        let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, key);
         let mut seen = Vec::new();
         while let Some((l, i)) = o.pop() {
             seen.push(i);
-            o.advance(l, &ranks, shares[l]);
+            o.advance(l, &ranks, key);
         }
         // 2 (priority 20), then queue 0 (lower share) in FIFO order, then 3.
         assert_eq!(seen, vec![2, 1, 0, 3]);
+
+        // Workload 1 would borrow: at equal priority the other queue's 3 goes first,
+        // whatever the shares; priority still comes before it (2 first).
+        let key = |l: usize, i: u32| HeadKey {
+            borrows: i == 1,
+            share: shares[l],
+        };
+        let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, key);
+        let mut seen = Vec::new();
+        while let Some((l, i)) = o.pop() {
+            seen.push(i);
+            o.advance(l, &ranks, key);
+        }
+        assert_eq!(seen, vec![2, 3, 1, 0]);
     }
 }

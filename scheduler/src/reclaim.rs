@@ -79,6 +79,29 @@ impl SideEntry {
     }
 }
 
+/// The guarantee a side's quota override gives at `now`, as reclaim reads it
+/// ([`SideEntry::guarantee_at`]: the next window's from the start of the hand-over), with the
+/// side it is for; `None` for a queue's override. The simulator judges a schedule's promise
+/// by this, so it must be the rule reclaim runs, not a second reading of the override.
+pub fn side_guarantee_at(o: &QuotaOverride, now: DateTime<Utc>) -> Option<(FleetSide, u64)> {
+    let side = o.side?;
+    let h = o.handover.as_ref();
+    let entry = SideEntry {
+        side,
+        flavor: 0,
+        regions: Vec::new(),
+        guaranteed: u64::from(o.quota.guaranteed),
+        used: 0,
+        grace_seconds: None,
+        order: ReclaimOrder::default(),
+        boundary: h.map(|h| h.boundary),
+        next_guaranteed: h.and_then(|h| h.next_guaranteed).map(u64::from),
+        lead_seconds: 0,
+        handover_seconds: h.map_or(0, |h| h.handover_seconds),
+    };
+    Some((side, entry.guarantee_at(now)))
+}
+
 /// The fleet sides' guarantees and usage.
 #[derive(Debug, Clone, Default)]
 pub struct SideBook {
@@ -361,6 +384,37 @@ impl Cycle<'_> {
         Some(first)
     }
 
+    /// Whether pending `idx` would run beyond its fleet side's guarantee in every region
+    /// where the side has one for its flavors (false without side quotas, or where its side
+    /// has none): such work is ordered after work of the same priority that its side is
+    /// owed (`ordering`), so a freed GPU goes to the side that is owed it.
+    pub fn side_borrows(&self, idx: u32) -> bool {
+        if self.sides.entries.is_empty() {
+            return false;
+        }
+        let w = &self.input.pending[idx as usize].workload;
+        let side = FleetSide::of_class(w.spec.class);
+        let shape = &self.shapes[self.shape_of[idx as usize] as usize];
+        let mut mine = self
+            .sides
+            .entries
+            .iter()
+            .filter(|e| e.side == side && shape.flavors().any(|f| f == e.flavor))
+            .peekable();
+        if mine.peek().is_none() {
+            return false;
+        }
+        !mine.any(|e| {
+            let ask: u64 = shape
+                .request
+                .iter()
+                .filter(|(f, _)| *f == e.flavor)
+                .map(|(_, n)| *n)
+                .sum();
+            e.used.saturating_add(ask) <= e.guarantee_at(self.now)
+        })
+    }
+
     /// Counts pending workload `idx`, placed on `ci`, against its side.
     pub fn charge_side(&mut self, idx: u32, ci: usize) {
         if self.sides.entries.is_empty() {
@@ -621,5 +675,52 @@ impl Cycle<'_> {
         }
         self.commit(idx, q, plan);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tidal::Handover;
+    use tideway_api::FlavorQuota;
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        use chrono::TimeZone;
+        Utc.with_ymd_and_hms(2026, 1, 5, h, m, 0).unwrap()
+    }
+
+    /// The side's guarantee switches to the next window's at the start of the hand-over,
+    /// not at the boundary, and a queue's override is no side's.
+    #[test]
+    fn a_side_guarantee_follows_the_hand_over() {
+        let mut o = QuotaOverride {
+            queue: String::new(),
+            side: Some(FleetSide::Inference),
+            regions: Vec::new(),
+            quota: FlavorQuota::guaranteed("H100", 115),
+            window: Some("night".into()),
+            until: Some(at(7, 0)),
+            handover: Some(Handover {
+                schedule: "day-night".into(),
+                boundary: at(7, 0),
+                next_guaranteed: Some(268),
+                lead_seconds: 900,
+                grace_seconds: 300,
+                reclaim_order: ReclaimOrder::default(),
+                handover_seconds: 300,
+            }),
+        };
+        let g = |o: &QuotaOverride, t| side_guarantee_at(o, t).map(|(_, g)| g);
+        assert_eq!(g(&o, at(6, 54)), Some(115));
+        assert_eq!(g(&o, at(6, 55)), Some(268));
+        assert_eq!(g(&o, at(7, 0)), Some(268));
+        o.handover.as_mut().unwrap().next_guaranteed = None;
+        assert_eq!(
+            g(&o, at(6, 58)),
+            Some(115),
+            "no next quota: the current holds"
+        );
+        o.side = None;
+        assert_eq!(side_guarantee_at(&o, at(6, 58)), None);
     }
 }
