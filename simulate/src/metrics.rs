@@ -100,6 +100,9 @@ pub struct JobRecord {
     /// Each wait to run again after an eviction (to the restart, the deletion or the end
     /// of the run), in seconds.
     pub rewaits: Vec<Secs>,
+    /// The part of each wait (first or again) that a quota schedule owed: from the moment
+    /// the job fit within its side's guarantee to its start (see `tidal::owed_inference`).
+    pub owed_waits: Vec<Secs>,
 }
 
 impl JobRecord {

@@ -195,6 +195,7 @@ mod tests {
                 reject_reason: Some("queue a, b".into()),
                 reasons_seen: 0b11,
                 rewaits: Vec::new(),
+                owed_waits: Vec::new(),
             }],
         };
         let ts = String::from_utf8(timeseries(&out).unwrap()).unwrap();

@@ -625,6 +625,7 @@ impl Engine {
         }
         st.input.clusters = self.take_views();
         st.input.quota_overrides = self.tidal_overrides(&st.input.clusters, &st.input.queues);
+        self.mark_owed_inference(&st.input.quota_overrides, &st.input.clusters);
         st.input.unshown_pending = unshown;
         st.input.now = to_utc(now);
         st.cycle += 1;

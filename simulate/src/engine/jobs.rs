@@ -60,6 +60,10 @@ struct JobState {
     evicted_at: Option<Secs>,
     /// Each wait to run again after an eviction, in seconds.
     rewaits: Vec<Secs>,
+    /// Since when a quota schedule owes this waiting job its capacity (`mark_owed`).
+    owed_since: Option<Secs>,
+    /// Each owed part of a wait, in seconds.
+    owed_waits: Vec<Secs>,
     end: Option<Secs>,
     /// GPUs held per global pool while running.
     held: Vec<(u32, u64)>,
@@ -178,6 +182,8 @@ impl Jobs {
                 noticed_at_ran: 0,
                 evicted_at: None,
                 rewaits: Vec::new(),
+                owed_since: None,
+                owed_waits: Vec::new(),
                 end: None,
                 held: Vec::new(),
                 preemptions: 0,
@@ -475,7 +481,16 @@ impl Jobs {
         if let Some(e) = s.evicted_at.take() {
             s.rewaits.push((at - e).max(0));
         }
+        if let Some(o) = s.owed_since.take() {
+            s.owed_waits.push((at - o).max(0));
+        }
         s.remaining
+    }
+
+    /// From `at` on, a quota schedule owes waiting job `j` its capacity (its wait counts
+    /// against the schedule's promise); kept from the first such moment until it starts.
+    pub fn mark_owed(&mut self, j: u32, at: Secs) {
+        self.js[j as usize].owed_since.get_or_insert(at);
     }
 
     /// What a running attempt holds, given back to the fleet.
@@ -589,6 +604,17 @@ impl Jobs {
                             (s.end.unwrap_or(end) - e).max(0)
                         }
                         _ => (end - e).max(0),
+                    }))
+                    .collect(),
+                owed_waits: s
+                    .owed_waits
+                    .iter()
+                    .copied()
+                    .chain(s.owed_since.map(|o| match s.phase {
+                        Phase::Removed | Phase::Done | Phase::TimedOut => {
+                            (s.end.unwrap_or(end) - o).max(0)
+                        }
+                        _ => (end - o).max(0),
                     }))
                     .collect(),
             })

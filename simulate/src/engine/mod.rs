@@ -32,7 +32,7 @@ use tideway_scheduler::{ClusterView, QuotaBook, SchedulerInput, SchedulerOutput}
 use super::config::{Member, Mode, SimPolicy, SimulatorSettings};
 use super::metrics::{self, JobRecord, Sample, Summary};
 use super::sched::SchedState;
-use super::tidal::{Tides, side_index};
+use super::tidal::{self, Tides, side_index};
 use super::time::Secs;
 use super::trace::{Job, Shape, TraceReport};
 use accounting::{Accounting, PoolLine, QueueLine, SampleDue, SummaryInput};
@@ -527,6 +527,39 @@ impl Engine {
             .as_ref()
             .map(|t| t.overrides(clusters, queues, self.now))
             .unwrap_or_default()
+    }
+
+    /// Marks the waiting inference jobs the schedules owe capacity at this cycle
+    /// (`tidal::owed_inference`), given the cycle's overrides and member views.
+    pub(crate) fn mark_owed_inference(
+        &mut self,
+        overrides: &[tideway_scheduler::QuotaOverride],
+        views: &[ClusterView],
+    ) {
+        if self.tides.is_none() || self.jobs.pending_gpus_by_side()[0] == 0 {
+            return;
+        }
+        let mut regions = vec![""; self.fleet.len()];
+        for v in views {
+            if let Some(c) = self.fleet.member_id(&v.name) {
+                regions[c] = v.region.as_str();
+            }
+        }
+        let jobs = &self.jobs;
+        let waiting = jobs
+            .queues()
+            .iter()
+            .flat_map(|q| q.pending())
+            .map(|(_, j)| j)
+            .filter(|&j| side_index(jobs.job(j).class) == 0)
+            .map(|j| {
+                let gpus = jobs.request(j).iter().map(|(_, g)| g).sum();
+                (j, gpus, jobs.allowed(j))
+            });
+        let owed = tidal::owed_inference(overrides, &regions, &self.side_alloc, waiting, self.now);
+        for j in owed {
+            self.jobs.mark_owed(j, self.now);
+        }
     }
 
     /// `gpus` of job `j` started (`+`) or stopped (`-`) on member `c`.
