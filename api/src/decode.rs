@@ -293,8 +293,8 @@ pub enum AnyResource {
     QuotaSchedule(QuotaSchedule),
     /// A `MemberCluster` document.
     MemberCluster(MemberCluster),
-    /// A `Policy` document.
-    Policy(Policy),
+    /// A `Policy` document; boxed, since a policy bundle carries the scheduler's tuning.
+    Policy(Box<Policy>),
     /// A `Webhook` document.
     Webhook(Webhook),
     /// A `RoleBinding` document.
@@ -385,7 +385,7 @@ pub fn decode_resource(
         PriorityClass::KIND => AnyResource::PriorityClass(decode_any(bytes, content_type_hint)?),
         QuotaSchedule::KIND => AnyResource::QuotaSchedule(decode_any(bytes, content_type_hint)?),
         MemberCluster::KIND => AnyResource::MemberCluster(decode_any(bytes, content_type_hint)?),
-        Policy::KIND => AnyResource::Policy(decode_any(bytes, content_type_hint)?),
+        Policy::KIND => AnyResource::Policy(Box::new(decode_any(bytes, content_type_hint)?)),
         Webhook::KIND => AnyResource::Webhook(decode_any(bytes, content_type_hint)?),
         RoleBinding::KIND => AnyResource::RoleBinding(decode_any(bytes, content_type_hint)?),
         other => {

@@ -45,7 +45,7 @@ pub async fn apply(
             schedule: Box::new(s),
             at,
         },
-        AnyResource::Policy(p) => super::policy::put_policy_command(p, actor.clone(), at),
+        AnyResource::Policy(p) => super::policy::put_policy_command(*p, actor.clone(), at),
         AnyResource::Webhook(w) => Command::PutWebhook {
             webhook: Box::new(w),
             at,
@@ -80,7 +80,7 @@ pub async fn apply(
                 StoredObject::Queue(q) => AnyResource::Queue(*q),
                 StoredObject::PriorityClass(p) => AnyResource::PriorityClass(*p),
                 StoredObject::QuotaSchedule(s) => AnyResource::QuotaSchedule(*s),
-                StoredObject::Policy(p) => AnyResource::Policy(*p),
+                StoredObject::Policy(p) => AnyResource::Policy(p),
                 StoredObject::Webhook(w) => AnyResource::Webhook(*w),
                 StoredObject::RoleBinding(b) => AnyResource::RoleBinding(*b),
                 other => {

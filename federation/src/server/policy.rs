@@ -67,7 +67,7 @@ fn policy_body(
     };
     p.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
-    Ok(p)
+    Ok(*p)
 }
 
 fn json_body<T: serde::de::DeserializeOwned + Default>(
