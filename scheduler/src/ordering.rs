@@ -205,31 +205,23 @@ mod tests {
         ];
         // Queue 0 holds 0 and 1; queue 1 holds 2 and 3. Queue 1 has the higher share.
         let shares = [0.1, 0.5];
-        let key = |l: usize, _| HeadKey {
-            borrows: false,
-            share: shares[l],
+        let walk = |borrower: Option<u32>| {
+            let key = |l: usize, i: u32| HeadKey {
+                borrows: Some(i) == borrower,
+                share: shares[l],
+            };
+            let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, key);
+            let mut seen = Vec::new();
+            while let Some((l, i)) = o.pop() {
+                seen.push(i);
+                o.advance(l, &ranks, key);
+            }
+            seen
         };
-        let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, key);
-        let mut seen = Vec::new();
-        while let Some((l, i)) = o.pop() {
-            seen.push(i);
-            o.advance(l, &ranks, key);
-        }
         // 2 (priority 20), then queue 0 (lower share) in FIFO order, then 3.
-        assert_eq!(seen, vec![2, 1, 0, 3]);
-
+        assert_eq!(walk(None), vec![2, 1, 0, 3]);
         // Workload 1 would borrow: at equal priority the other queue's 3 goes first,
         // whatever the shares; priority still comes before it (2 first).
-        let key = |l: usize, i: u32| HeadKey {
-            borrows: i == 1,
-            share: shares[l],
-        };
-        let mut o = Order::new(vec![vec![0, 1], vec![2, 3]], &ranks, key);
-        let mut seen = Vec::new();
-        while let Some((l, i)) = o.pop() {
-            seen.push(i);
-            o.advance(l, &ranks, key);
-        }
-        assert_eq!(seen, vec![2, 3, 1, 0]);
+        assert_eq!(walk(Some(1)), vec![2, 3, 1, 0]);
     }
 }

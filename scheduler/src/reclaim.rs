@@ -79,6 +79,14 @@ impl SideEntry {
     }
 }
 
+/// GPUs of `flavor` in a per-flavor list (a request, or what a running workload holds).
+pub(crate) fn gpus_of(gpus: &[(usize, u64)], flavor: usize) -> u64 {
+    gpus.iter()
+        .filter(|(f, _)| *f == flavor)
+        .map(|(_, n)| *n)
+        .sum()
+}
+
 /// The guarantee a side's quota override gives at `now`, as reclaim reads it
 /// ([`SideEntry::guarantee_at`]: the next window's from the start of the hand-over), with the
 /// side it is for; `None` for a queue's override. The simulator judges a schedule's promise
@@ -405,12 +413,7 @@ impl Cycle<'_> {
             return false;
         }
         !mine.any(|e| {
-            let ask: u64 = shape
-                .request
-                .iter()
-                .filter(|(f, _)| *f == e.flavor)
-                .map(|(_, n)| *n)
-                .sum();
+            let ask: u64 = gpus_of(&shape.request, e.flavor);
             e.used.saturating_add(ask) <= e.guarantee_at(self.now)
         })
     }
@@ -520,12 +523,7 @@ impl Cycle<'_> {
                 .collect();
             let within = !mine.is_empty()
                 && mine.iter().all(|e| {
-                    let ask = self.shapes[s]
-                        .request
-                        .iter()
-                        .filter(|(f, _)| *f == e.flavor)
-                        .map(|(_, n)| *n)
-                        .sum::<u64>();
+                    let ask = gpus_of(&self.shapes[s].request, e.flavor);
                     let used = if counted {
                         e.used.saturating_sub(ask)
                     } else {

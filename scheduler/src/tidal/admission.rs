@@ -8,6 +8,7 @@
 
 use super::super::cycle::Cycle;
 use super::super::explain::Unblock;
+use super::super::reclaim::gpus_of;
 use super::FleetSide;
 
 impl Cycle<'_> {
@@ -37,12 +38,7 @@ impl Cycle<'_> {
                 && shape.candidates.iter().any(|&ci| {
                     e.regions.is_empty() || e.regions.contains(&self.clusters[ci].region)
                 });
-            let ask: u64 = shape
-                .request
-                .iter()
-                .filter(|(f, _)| *f == e.flavor)
-                .map(|(_, n)| *n)
-                .sum();
+            let ask: u64 = gpus_of(&shape.request, e.flavor);
             if applies && losing && in_lead && ask > 0 && ends > boundary && e.used + ask > next {
                 return Some(Unblock::WindowClosing {
                     boundary,

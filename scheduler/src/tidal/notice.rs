@@ -17,6 +17,7 @@
 
 use super::super::cycle::{Cycle, secs_between};
 use super::super::decision::{CheckpointNotice, VictimTier};
+use super::super::reclaim::gpus_of;
 
 impl Cycle<'_> {
     /// The checkpoint notices this cycle gives; empty outside every hand-over.
@@ -51,12 +52,7 @@ impl Cycle<'_> {
                 {
                     continue;
                 }
-                let gpus: u64 = r
-                    .gpus
-                    .iter()
-                    .filter(|(f, _)| *f == e.flavor)
-                    .map(|(_, n)| *n)
-                    .sum();
+                let gpus: u64 = gpus_of(&r.gpus, e.flavor);
                 if gpus > 0 {
                     cands.push((r.tier, r.work_lost_seconds, r.base, ri, gpus));
                 }

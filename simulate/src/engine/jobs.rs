@@ -564,59 +564,54 @@ impl Jobs {
             .iter()
             .zip(&self.js)
             .filter(|(_, s)| s.phase != Phase::NotArrived)
-            .map(|(job, s)| JobRecord {
-                uid: job.uid.clone(),
-                tenant: job.tenant.clone(),
-                queue: job.queue.clone(),
-                class: job.class,
-                gpus: job.gpus(),
-                submit: job.submit,
-                start: s.first_start,
-                end: match s.phase {
-                    Phase::Done | Phase::TimedOut | Phase::Removed => s.end,
-                    _ => None,
-                },
-                cluster: s.cluster.map(&cluster),
-                preemptions: s.preemptions,
-                gpu_seconds: s.gpu_seconds
-                    + if s.phase == Phase::Running {
-                        (end - s.run_start).max(0) as u64
-                            * s.held.iter().map(|(_, g)| g).sum::<u64>()
-                    } else {
-                        0
+            .map(|(job, s)| {
+                // The waits that ended, and the one still open since `since`: to the job's
+                // end if it ended, else to the end of the run.
+                let with_open_wait = |ended: &[Secs], since: Option<Secs>| -> Vec<Secs> {
+                    let until = match s.phase {
+                        Phase::Removed | Phase::Done | Phase::TimedOut => s.end.unwrap_or(end),
+                        _ => end,
+                    };
+                    ended
+                        .iter()
+                        .copied()
+                        .chain(since.map(|t| (until - t).max(0)))
+                        .collect()
+                };
+                JobRecord {
+                    uid: job.uid.clone(),
+                    tenant: job.tenant.clone(),
+                    queue: job.queue.clone(),
+                    class: job.class,
+                    gpus: job.gpus(),
+                    submit: job.submit,
+                    start: s.first_start,
+                    end: match s.phase {
+                        Phase::Done | Phase::TimedOut | Phase::Removed => s.end,
+                        _ => None,
                     },
-                lost_gpu_seconds: s.lost_gpu_seconds,
-                outcome: match s.phase {
-                    Phase::Done => Outcome::Succeeded,
-                    Phase::TimedOut => Outcome::TimedOut,
-                    Phase::Removed => Outcome::Removed,
-                    Phase::Rejected => Outcome::Rejected,
-                    _ => Outcome::Unfinished,
-                },
-                reject_reason: s.reject_reason.clone(),
-                reasons_seen: s.reasons_seen,
-                rewaits: s
-                    .rewaits
-                    .iter()
-                    .copied()
-                    .chain(s.evicted_at.map(|e| match s.phase {
-                        Phase::Removed | Phase::Done | Phase::TimedOut => {
-                            (s.end.unwrap_or(end) - e).max(0)
-                        }
-                        _ => (end - e).max(0),
-                    }))
-                    .collect(),
-                owed_waits: s
-                    .owed_waits
-                    .iter()
-                    .copied()
-                    .chain(s.owed_since.map(|o| match s.phase {
-                        Phase::Removed | Phase::Done | Phase::TimedOut => {
-                            (s.end.unwrap_or(end) - o).max(0)
-                        }
-                        _ => (end - o).max(0),
-                    }))
-                    .collect(),
+                    cluster: s.cluster.map(&cluster),
+                    preemptions: s.preemptions,
+                    gpu_seconds: s.gpu_seconds
+                        + if s.phase == Phase::Running {
+                            (end - s.run_start).max(0) as u64
+                                * s.held.iter().map(|(_, g)| g).sum::<u64>()
+                        } else {
+                            0
+                        },
+                    lost_gpu_seconds: s.lost_gpu_seconds,
+                    outcome: match s.phase {
+                        Phase::Done => Outcome::Succeeded,
+                        Phase::TimedOut => Outcome::TimedOut,
+                        Phase::Removed => Outcome::Removed,
+                        Phase::Rejected => Outcome::Rejected,
+                        _ => Outcome::Unfinished,
+                    },
+                    reject_reason: s.reject_reason.clone(),
+                    reasons_seen: s.reasons_seen,
+                    rewaits: with_open_wait(&s.rewaits, s.evicted_at),
+                    owed_waits: with_open_wait(&s.owed_waits, s.owed_since),
+                }
             })
             .collect()
     }
