@@ -117,10 +117,10 @@ impl Launcher {
         self.servers.get(&id)?.child.as_ref().map(Child::id)
     }
 
-    /// One node's own status.
+    /// One node's own status, without the state digest (see `cluster_status_brief`).
     pub async fn status(&self, id: u64) -> anyhow::Result<NodeStatus> {
         let s = self.servers.get(&id).context("no such node")?;
-        Ok(Client::new(&s.addr)?.cluster_status().await?)
+        Ok(Client::new(&s.addr)?.cluster_status_brief().await?)
     }
 
     /// The leader a running node names (and that is itself running).

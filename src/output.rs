@@ -233,7 +233,7 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
                         or_dash(s.last_log_index),
                         or_dash(s.last_applied),
                         or_dash(s.snapshot),
-                        s.state_digest.clone(),
+                        s.state_digest.clone().unwrap_or_else(|| "-".to_owned()),
                     ]);
                     if wide {
                         row.extend([

@@ -368,6 +368,13 @@ impl Client {
         self.get_json("/v1/cluster/status").await
     }
 
+    /// The node's view of the Raft group without the state digest: cheap to poll for the
+    /// leader or an index on a busy node with a large state.
+    pub async fn cluster_status_brief(&self) -> Result<NodeStatus, ClientError> {
+        self.get_query("/v1/cluster/status", &[("digest", "false")])
+            .await
+    }
+
     /// Removes a node from the group.
     pub async fn cluster_remove(&self, id: u64) -> Result<RemoveAck, ClientError> {
         self.post_json("/v1/cluster/remove", &RemoveRequest { id }, 120)

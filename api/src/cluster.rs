@@ -36,7 +36,10 @@ pub struct NodeStatus {
     /// Member id to address, from the membership config.
     pub members: BTreeMap<u64, String>,
     /// Digest of the replicated state at `last_applied`; equal on nodes at the same index.
-    pub state_digest: String,
+    /// Left out when the request asked for none (`?digest=false`): encoding a large state
+    /// for it holds off apply, so pollers that only look for the leader or an index skip it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_digest: Option<String>,
     /// Workloads in this node's copy of the state.
     pub workloads: usize,
     /// Durable log writes (each one fsync) since this process started.

@@ -46,7 +46,24 @@ async fn cli_submit_get_list_and_cluster_status() {
     assert!(v["leader"].as_u64().is_some());
     for n in v["nodes"].as_array().unwrap() {
         assert!(n["status"]["lastApplied"].as_u64().unwrap_or(0) > 0, "{n}");
+        assert!(n["status"]["stateDigest"].is_string(), "{n}");
     }
+    // `?digest=false` answers the same without encoding the state; a bad value names it.
+    let c = tideway_api::client::Client::new(&addr).unwrap();
+    let full = c.cluster_status().await.unwrap();
+    let brief = c.cluster_status_brief().await.unwrap();
+    assert!(full.state_digest.is_some(), "{full:?}");
+    assert_eq!(brief.state_digest, None, "{brief:?}");
+    assert_eq!(brief.id, full.id);
+    assert!(brief.last_applied >= full.last_applied, "{brief:?}");
+    let bad = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/cluster/status?digest=maybe"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let body = bad.text().await.unwrap();
+    assert!(body.contains("digest"), "{body}");
     let (ok, out, _) = tideway(&addr, &["cluster", "status"]);
     assert!(
         ok && out.contains("leader:") && out.contains("APPLIED"),

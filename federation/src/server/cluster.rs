@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use serde::Deserialize;
 
 use super::AppState;
@@ -18,18 +19,44 @@ use tideway_api::cluster::{
     RemoveAck, RemoveRequest, SnapshotAck,
 };
 
-pub async fn status(State(st): State<AppState>) -> Result<Json<NodeStatus>, ApiError> {
+/// `?digest=false`: answer without the state digest.
+#[derive(Debug, Deserialize)]
+pub struct StatusQuery {
+    #[serde(default = "yes")]
+    digest: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+pub async fn status(
+    State(st): State<AppState>,
+    query: Result<Query<StatusQuery>, QueryRejection>,
+) -> Result<Json<NodeStatus>, ApiError> {
+    let want_digest = query
+        .map_err(|e| ApiError::field("digest", e.body_text()))?
+        .digest;
     let m = crate::raft::metrics(&st.raft);
-    let (digest, workloads, applied) = st.read(|d| {
-        (
-            st.digest_cache
-                .get(d)
-                .map_err(|e| ApiError::Internal(format!("encoding the state for its digest: {e}"))),
-            d.state.workloads.len(),
-            d.last_applied.map(|l| l.index()),
-        )
-    })?;
-    let digest = digest?;
+    // Encoding the state for its digest can take long on a large state; it runs off the
+    // async workers, so that heartbeats and requests go on while it holds the read lock.
+    let reader = st.clone();
+    let (digest, workloads, applied) = tokio::task::spawn_blocking(move || {
+        reader.read(|d| {
+            (
+                want_digest.then(|| {
+                    reader.digest_cache.get(d).map_err(|e| {
+                        ApiError::Internal(format!("encoding the state for its digest: {e}"))
+                    })
+                }),
+                d.state.workloads.len(),
+                d.last_applied.map(|l| l.index()),
+            )
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("reading the status: {e}")))??;
+    let digest = digest.transpose()?;
     let mem = m.membership_config.membership();
     Ok(Json(NodeStatus {
         id: m.id,

@@ -436,6 +436,7 @@ mod operations {
 
     /// This node's view of the federation: Raft role, term, indexes, peers
     #[utoipa::path(get, path = "/v1/cluster/status", tag = "cluster",
+        params(("digest" = Option<bool>, Query, description = "Include the state digest (default true); false skips encoding the state")),
         responses((status = 200, description = "The node's status", body = NodeStatus)))]
     fn cluster_status() {}
 
