@@ -95,6 +95,22 @@ impl Ord for Head {
     }
 }
 
+impl Head {
+    /// List `l`'s head `idx`, ranked by its own rank and the list's current key.
+    fn of(l: usize, idx: u32, ranks: &[Rank], key: impl Fn(usize, u32) -> HeadKey) -> Self {
+        let r = ranks[idx as usize];
+        let k = key(l, idx);
+        Head {
+            effective: r.effective,
+            borrows: k.borrows,
+            share: Share(k.share),
+            expected: r.expected,
+            seq: r.seq,
+            list: l,
+        }
+    }
+}
+
 impl PartialOrd for Head {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -130,16 +146,7 @@ impl Order {
         let mut heap = BinaryHeap::with_capacity(lists.len());
         for (l, list) in lists.iter().enumerate() {
             if let Some(&first) = list.first() {
-                let r = ranks[first as usize];
-                let k = key(l, first);
-                heap.push(Head {
-                    effective: r.effective,
-                    borrows: k.borrows,
-                    share: Share(k.share),
-                    expected: r.expected,
-                    seq: r.seq,
-                    list: l,
-                });
+                heap.push(Head::of(l, first, ranks, &key));
             }
         }
         Self {
@@ -161,16 +168,7 @@ impl Order {
 
     pub fn advance(&mut self, l: usize, ranks: &[Rank], key: impl Fn(usize, u32) -> HeadKey) {
         if let Some(&idx) = self.lists[l].get(self.pos[l]) {
-            let r = ranks[idx as usize];
-            let k = key(l, idx);
-            self.heap.push(Head {
-                effective: r.effective,
-                borrows: k.borrows,
-                share: Share(k.share),
-                expected: r.expected,
-                seq: r.seq,
-                list: l,
-            });
+            self.heap.push(Head::of(l, idx, ranks, key));
         }
     }
 }

@@ -57,6 +57,26 @@ pub struct SideEntry {
 }
 
 impl SideEntry {
+    /// The entry a side's quota override (`None` for a queue's) gives for flavor id
+    /// `flavor`, with nothing used yet.
+    fn of(o: &QuotaOverride, flavor: usize) -> Option<Self> {
+        let side = o.side?;
+        let h = o.handover.as_ref();
+        Some(SideEntry {
+            side,
+            flavor,
+            regions: o.regions.clone(),
+            guaranteed: u64::from(o.quota.guaranteed),
+            used: 0,
+            grace_seconds: h.map(|h| h.grace_seconds),
+            order: h.map(|h| h.reclaim_order).unwrap_or_default(),
+            boundary: h.map(|h| h.boundary),
+            next_guaranteed: h.and_then(|h| h.next_guaranteed).map(u64::from),
+            lead_seconds: h.map_or(0, |h| h.lead_seconds),
+            handover_seconds: h.map_or(0, |h| h.handover_seconds),
+        })
+    }
+
     pub fn covers(&self, region: &str) -> bool {
         self.regions.is_empty() || self.regions.iter().any(|r| r == region)
     }
@@ -92,22 +112,8 @@ pub(crate) fn gpus_of(gpus: &[(usize, u64)], flavor: usize) -> u64 {
 /// side it is for; `None` for a queue's override. The simulator judges a schedule's promise
 /// by this, so it must be the rule reclaim runs, not a second reading of the override.
 pub fn side_guarantee_at(o: &QuotaOverride, now: DateTime<Utc>) -> Option<(FleetSide, u64)> {
-    let side = o.side?;
-    let h = o.handover.as_ref();
-    let entry = SideEntry {
-        side,
-        flavor: 0,
-        regions: Vec::new(),
-        guaranteed: u64::from(o.quota.guaranteed),
-        used: 0,
-        grace_seconds: None,
-        order: ReclaimOrder::default(),
-        boundary: h.map(|h| h.boundary),
-        next_guaranteed: h.and_then(|h| h.next_guaranteed).map(u64::from),
-        lead_seconds: 0,
-        handover_seconds: h.map_or(0, |h| h.handover_seconds),
-    };
-    Some((side, entry.guarantee_at(now)))
+    // The flavor id is the book's; the guarantee does not depend on it.
+    SideEntry::of(o, 0).map(|e| (e.side, e.guarantee_at(now)))
 }
 
 /// The fleet sides' guarantees and usage.
@@ -122,24 +128,7 @@ impl SideBook {
     pub fn new(overrides: &[QuotaOverride], book: &QuotaBook) -> Self {
         let entries = overrides
             .iter()
-            .filter_map(|o| {
-                let side = o.side?;
-                let flavor = book.flavor_id(&o.quota.flavor)?;
-                let h = o.handover.as_ref();
-                Some(SideEntry {
-                    side,
-                    flavor,
-                    regions: o.regions.clone(),
-                    guaranteed: u64::from(o.quota.guaranteed),
-                    used: 0,
-                    grace_seconds: h.map(|h| h.grace_seconds),
-                    order: h.map(|h| h.reclaim_order).unwrap_or_default(),
-                    boundary: h.map(|h| h.boundary),
-                    next_guaranteed: h.and_then(|h| h.next_guaranteed).map(u64::from),
-                    lead_seconds: h.map_or(0, |h| h.lead_seconds),
-                    handover_seconds: h.map_or(0, |h| h.handover_seconds),
-                })
-            })
+            .filter_map(|o| SideEntry::of(o, book.flavor_id(&o.quota.flavor)?))
             .collect();
         Self {
             entries,

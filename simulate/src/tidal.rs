@@ -216,30 +216,26 @@ impl Tides {
                 lost += r.lost_gpu_seconds;
                 continue;
             }
-            let beyond: Vec<Secs> = r
-                .owed_waits
-                .iter()
-                .map(|w| (w - grace).max(0))
-                .filter(|&b| b > 0)
-                .collect();
-            owed_late += u64::from(!beyond.is_empty());
-            owed_unserved += beyond
-                .iter()
-                .map(|&b| u128::from(r.gpus) * b as u128)
-                .sum::<u128>();
+            // GPU-seconds waited beyond the grace over `waits`, and whether any wait was.
+            let beyond_grace = |waits: &mut dyn Iterator<Item = Secs>| {
+                waits
+                    .map(|w| (w - grace).max(0))
+                    .filter(|&b| b > 0)
+                    .fold((0u128, false), |(sum, _), b| {
+                        (sum + u128::from(r.gpus) * b as u128, true)
+                    })
+            };
             // The first wait, and each wait to run again after an eviction (a replica
             // reclaimed while it serves is demand not granted as much as one not started).
             let waited_until = r.start.or(r.end).unwrap_or(end);
-            let waits = std::iter::once(waited_until - r.submit).chain(r.rewaits.iter().copied());
-            let mut was_late = false;
-            for w in waits {
-                let beyond = (w - grace).max(0);
-                if beyond > 0 {
-                    was_late = true;
-                    unserved += u128::from(r.gpus) * beyond as u128;
-                }
-            }
+            let (gpu_secs, was_late) = beyond_grace(
+                &mut std::iter::once(waited_until - r.submit).chain(r.rewaits.iter().copied()),
+            );
+            unserved += gpu_secs;
             late += u64::from(was_late);
+            let (gpu_secs, was_late) = beyond_grace(&mut r.owed_waits.iter().copied());
+            owed_unserved += gpu_secs;
+            owed_late += u64::from(was_late);
         }
         TidalSummary {
             grace_seconds: grace as u64,

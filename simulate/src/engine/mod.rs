@@ -552,10 +552,7 @@ impl Engine {
             .flat_map(|q| q.pending())
             .map(|(_, j)| j)
             .filter(|&j| side_index(jobs.job(j).class) == 0)
-            .map(|j| {
-                let gpus = jobs.request(j).iter().map(|(_, g)| g).sum();
-                (j, gpus, jobs.allowed(j))
-            });
+            .map(|j| (j, jobs.job(j).gpus(), jobs.allowed(j)));
         let owed = tidal::owed_inference(overrides, &regions, &self.side_alloc, waiting, self.now);
         for j in owed {
             self.jobs.mark_owed(j, self.now);
