@@ -151,7 +151,9 @@ impl Node {
             heartbeat_interval: cfg.heartbeat_ms,
             election_timeout_min: cfg.election_timeout_ms.0,
             election_timeout_max: cfg.election_timeout_ms.1,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+            // Snapshots are triggered by `snapshot_policy::snapshot_loop`: the entry count
+            // alone would make their cost grow with the state.
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: 1000,
             max_payload_entries: 64,
             enable_pre_vote: Some(true),
@@ -169,6 +171,7 @@ impl Node {
         let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone());
         let log_stats = log.stats();
         let data = sm.data();
+        let snapshot_bytes = sm.snapshot_bytes();
         let raft = Raft::new(cfg.id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -198,6 +201,12 @@ impl Node {
             redispatch_waits: Default::default(),
         };
         let mut tasks = vec![
+            tokio::spawn(crate::raft::snapshot_policy::snapshot_loop(
+                raft.clone(),
+                state.log_stats.clone(),
+                snapshot_bytes,
+                cfg.snapshot_every,
+            )),
             tokio::spawn(crate::dispatcher::liveness::health_monitor(
                 raft.clone(),
                 state.data.clone(),

@@ -28,6 +28,14 @@ pub struct Completion {
     pub workload: Arc<Workload>,
 }
 
+/// The workloads changed since a [`Backlog`]'s last refresh (`None`: the journal cannot say,
+/// so everything is copied), and where the journal stood.
+#[derive(Debug)]
+pub struct Changes {
+    names: Option<Vec<String>>,
+    cursor: ChangeCursor,
+}
+
 /// The cycle's copy of the workloads it reads, by submission sequence.
 #[derive(Debug, Default)]
 pub struct Backlog {
@@ -63,7 +71,30 @@ impl Backlog {
     /// refresh are copied, unless the journal cannot say which (then everything is).
     /// Answers how many workloads were copied.
     pub fn refresh(&mut self, state: &FederationState) -> usize {
-        let changed = self.cursor.and_then(|c| state.workloads.changed_since(c));
+        let changes = self.changes(state);
+        self.apply(state, changes)
+    }
+
+    /// What changed in `state`'s workloads since this copy was last brought up to date: the
+    /// only part of a refresh that needs the state itself rather than a copy of it, so the
+    /// leader takes this and an O(1) copy of the state under the lock, and applies them after.
+    pub fn changes(&self, state: &FederationState) -> Changes {
+        Changes {
+            names: self
+                .cursor
+                .and_then(|c| state.workloads.changed_since(c))
+                .map(<[String]>::to_vec),
+            cursor: state.workloads.cursor(),
+        }
+    }
+
+    /// [`Backlog::refresh`] from `changes`, taken from the state `state` is a copy of (at the
+    /// same applied index).
+    pub fn apply(&mut self, state: &FederationState, changes: Changes) -> usize {
+        let Changes {
+            names: changed,
+            cursor,
+        } = changes;
         let Some(changed) = changed else {
             *self = Self::default();
             for (seq, name) in &state.order {
@@ -73,7 +104,7 @@ impl Backlog {
                 }
             }
             self.next_seq = next_seq(state);
-            self.cursor = Some(state.workloads.cursor());
+            self.cursor = Some(cursor);
             return state.order.len();
         };
         let names: HashSet<&str> = changed.iter().map(String::as_str).collect();
@@ -98,7 +129,7 @@ impl Backlog {
                 }
             }
         }
-        self.cursor = Some(state.workloads.cursor());
+        self.cursor = Some(cursor);
         names.len()
     }
 
@@ -130,11 +161,13 @@ impl Backlog {
         }
     }
 
-    fn file(&mut self, seq: u64, w: &Workload) {
+    /// Files `w` by its phase; the copy shares the state's allocation (see
+    /// [`crate::state::workloads`]), so a whole copy of a large backlog clones no workload.
+    fn file(&mut self, seq: u64, w: &Arc<Workload>) {
         let Some(st) = &w.status else { return };
         match st.phase {
             WorkloadPhase::Pending => {
-                let w = Arc::new(w.clone());
+                let w = w.clone();
                 if let Some(uid) = &w.metadata.uid {
                     self.uid_seq.insert(uid.clone(), seq);
                 }
@@ -145,7 +178,7 @@ impl Backlog {
                 if let Some(uid) = &w.metadata.uid {
                     self.uid_seq.insert(uid.clone(), seq);
                 }
-                self.active.insert(seq, Arc::new(w.clone()));
+                self.active.insert(seq, w.clone());
             }
             WorkloadPhase::Succeeded => {
                 if let (Some(start), Some(end)) = (st.started_at, st.finished_at) {
@@ -154,7 +187,7 @@ impl Backlog {
                         Completion {
                             finished_at: end,
                             seconds: u64::try_from((end - start).num_seconds()).unwrap_or(0),
-                            workload: Arc::new(w.clone()),
+                            workload: w.clone(),
                         },
                     );
                 }
@@ -167,13 +200,15 @@ impl Backlog {
 fn next_seq(state: &FederationState) -> u64 {
     state
         .order
-        .last_key_value()
+        .get_max()
         .map_or(0, |(seq, _)| seq.saturating_add(1))
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    use tideway_scheduler::SchedulerInput;
 
     use super::*;
     use crate::dispatcher::cycle::{build_input, capture};
@@ -185,7 +220,10 @@ mod tests {
         /// A copy kept up to date from the journal, refreshed every few entries, gives the
         /// cycle the same input as a copy of the whole backlog, whatever the history
         /// (submissions, assignments, reports, cancels, moves, compaction and resubmission,
-        /// snapshot installs).
+        /// snapshot installs). It is refreshed the leader's way: the changed names and an O(1)
+        /// copy of the state taken together, applied from the copy, while the previous copy
+        /// is still alive and shares the state's workloads: that copy must not see the changes
+        /// made after it was taken.
         #[test]
         fn a_followed_copy_gives_the_input_a_whole_copy_gives(
             ops in proptest::collection::vec((op(), any::<bool>()), 1..70)
@@ -199,6 +237,7 @@ mod tests {
                 }
             }
             let mut backlog = Backlog::default();
+            let mut held: Option<(FederationState, SchedulerInput)> = None;
             for (op, refresh) in &ops {
                 index += 1;
                 match command(&s, op, index) {
@@ -213,11 +252,18 @@ mod tests {
                 if !*refresh {
                     continue;
                 }
-                backlog.refresh(&s);
+                let changes = backlog.changes(&s);
+                let copy = s.clone();
+                backlog.apply(&copy, changes);
                 let now = t(index as i64);
-                let followed = capture(&s, &backlog, |_| None, now, 1).finish(&backlog);
+                let followed = capture(&copy, &backlog, |_| None, now, 1).finish(&backlog);
+                if let Some((before, then)) = held.take() {
+                    let again = build_input(&before, |_| None, then.now, 1);
+                    prop_assert_eq!(&again, &then, "an earlier copy changed");
+                }
                 let whole = build_input(&s, |_| None, now, 1);
                 prop_assert_eq!(&followed, &whole, "after {:?}", op);
+                held = Some((copy, whole.clone()));
                 // The index of groups the cycle reads heads from follows too.
                 backlog.settle();
                 let mut fresh = Backlog::of(&s);

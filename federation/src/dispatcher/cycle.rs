@@ -145,16 +145,16 @@ pub fn build_input(
     capture(state, &backlog, latest, now, cycle).finish(&backlog)
 }
 
-/// What a cycle reads from the replicated state under its lock besides the backlog copy:
-/// bounded by the members, the running work and the policy, not by the backlog.
+/// What a cycle reads from the replicated state besides the backlog copy: bounded by the
+/// members, the running work and the policy, not by the backlog.
 pub struct Captured {
     input: SchedulerInput,
     /// Pending preemptors that sit out this cycle (see [`capture`]).
     sitting_out: HashSet<String>,
 }
 
-/// Reads what the cycle needs from `state` (under the state lock); `backlog` must have been
-/// refreshed from the same state. The pending workloads are added by [`Captured::finish`],
+/// Reads what the cycle needs from `state` (the leader passes the copy it took under the
+/// state lock); `backlog` must have been refreshed from the same state. The pending workloads are added by [`Captured::finish`],
 /// after the lock is released.
 pub fn capture(
     state: &FederationState,
@@ -350,6 +350,7 @@ pub fn decisions_of(
                 .uids
                 .get(uid)
                 .and_then(|name| state.workloads.get(name))
+                .map(|w| &**w)
         },
         &reservations,
         out,
@@ -473,7 +474,7 @@ pub async fn schedule_loop(
         cycle += 1;
         let now = clock.now();
         let began = clock.instant();
-        let (captured, version, copied, locked) = {
+        let (captured, version, copied, held) = {
             let Ok(d) = data.read() else { continue };
             // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
             let locked = clock.instant();
@@ -488,17 +489,22 @@ pub async fn schedule_loop(
             if !any_ready {
                 continue;
             }
-            // Only the workloads changed since the last cycle are copied here; the backlog
-            // itself is read after the lock is released.
-            let copied = backlog.refresh(&d.state);
+            // Under the lock: the names changed since the last cycle, and a copy of the state
+            // that shares what grows with the workloads (see `state::workloads`). The backlog
+            // is brought up to date and the input captured from the copy, after the lock.
+            let changes = backlog.changes(&d.state);
+            let copy = d.state.clone();
+            let version = d.state.policy.current();
+            drop(d);
+            let held = clock.instant().saturating_duration_since(locked);
+            let copied = backlog.apply(&copy, changes);
             (
-                capture(&d.state, &backlog, |n| live.latest_digest(n), now, cycle),
-                d.state.policy.current(),
+                capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle),
+                version,
                 copied,
-                locked,
+                held,
             )
         };
-        let held = clock.instant().saturating_duration_since(locked);
         metrics.observe_cycle_lock(held);
         tracing::debug!(
             held_us = held.as_micros() as u64,
@@ -625,10 +631,10 @@ pub async fn schedule_loop(
         } else {
             let Ok(d) = data.read() else { continue };
             let relocked = clock.instant();
-            let notices = checkpoints_of(&d.state, &output);
+            let copy = d.state.clone();
             drop(d);
             metrics.observe_cycle_lock(clock.instant().saturating_duration_since(relocked));
-            notices
+            checkpoints_of(&copy, &output)
         };
         for n in &notices {
             tracing::info!(

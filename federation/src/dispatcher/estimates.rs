@@ -29,7 +29,7 @@ pub fn learned(state: &FederationState) -> RuntimeEstimator {
         }
         if let (Some(start), Some(end)) = (st.started_at, st.finished_at) {
             let secs = u64::try_from((end - start).num_seconds()).unwrap_or(0);
-            done.push((end, *seq, w, secs));
+            done.push((end, *seq, &**w, secs));
         }
     }
     learned_from(done)

@@ -34,6 +34,8 @@ pub struct LogStats {
     pub syncs: AtomicU64,
     /// Entries appended.
     pub entries: AtomicU64,
+    /// Bytes of the entries appended (encoded), what the snapshot policy paces itself by.
+    pub bytes: AtomicU64,
 }
 
 /// A redb-backed [`RaftLogStorage`], generic over the type config so the openraft
@@ -241,6 +243,7 @@ where
             encoded.push((e.log_id().index(), encode(&e)?));
         }
         let n = encoded.len() as u64;
+        let bytes: u64 = encoded.iter().map(|(_, b)| b.len() as u64).sum();
         let res = self
             .write(move |txn| {
                 let mut t = txn.open_table(LOGS).map_err(io_err)?;
@@ -252,6 +255,7 @@ where
             .await;
         if res.is_ok() {
             self.stats.entries.fetch_add(n, Ordering::Relaxed);
+            self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         let reported = match &res {
             Ok(()) => Ok(()),

@@ -1,11 +1,13 @@
 //! Replication: the Raft type config, the durable log, the state machine, snapshots and the
 //! HTTP transport between federation nodes.
 
+pub mod digest;
 pub mod log_store;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;
 pub mod snapshot_file;
+pub mod snapshot_policy;
 pub mod state_machine;
 pub mod transport;
 pub mod types;

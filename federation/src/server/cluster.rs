@@ -38,25 +38,29 @@ pub async fn status(
         .map_err(|e| ApiError::field("digest", e.body_text()))?
         .digest;
     let m = crate::raft::metrics(&st.raft);
-    // Encoding the state for its digest can take long on a large state; it runs off the
-    // async workers, so that heartbeats and requests go on while it holds the read lock.
-    let reader = st.clone();
-    let (digest, workloads, applied) = tokio::task::spawn_blocking(move || {
-        reader.read(|d| {
-            (
-                want_digest.then(|| {
-                    reader.digest_cache.get(d).map_err(|e| {
-                        ApiError::Internal(format!("encoding the state for its digest: {e}"))
-                    })
-                }),
-                d.state.workloads.len(),
-                d.last_applied.map(|l| l.index()),
-            )
-        })
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("reading the status: {e}")))??;
-    let digest = digest.transpose()?;
+    // Under the lock only a cached digest or an O(1) copy of the state is taken. Encoding the
+    // copy can take long on a large state; it runs off the async workers, so that heartbeats
+    // and requests go on meanwhile, and off the lock, so that apply does.
+    let (source, workloads, applied) = st.read(|d| {
+        (
+            want_digest.then(|| st.digest_cache.source(d)),
+            d.state.workloads.len(),
+            d.last_applied.map(|l| l.index()),
+        )
+    })?;
+    let digest = match source {
+        None => None,
+        Some(source) => {
+            let cache = st.digest_cache.clone();
+            let digest = tokio::task::spawn_blocking(move || cache.resolve(source))
+                .await
+                .map_err(|e| ApiError::Internal(format!("reading the status: {e}")))?
+                .map_err(|e| {
+                    ApiError::Internal(format!("encoding the state for its digest: {e}"))
+                })?;
+            Some(digest)
+        }
+    };
     let mem = m.membership_config.membership();
     Ok(Json(NodeStatus {
         id: m.id,

@@ -94,7 +94,7 @@ fn changes(
                 kind,
                 name: n.clone(),
                 resource_version: rv,
-                object: Some(w.clone()),
+                object: Some(tideway_api::Workload::clone(w)),
             });
         }
         for e in state

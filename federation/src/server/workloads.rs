@@ -469,7 +469,7 @@ pub async fn list(
                 break;
             }
             last_seq = *seq;
-            items.push(w.clone());
+            items.push(Workload::clone(w));
         }
         // The token is the sequence number of the last item returned.
         let next = more.then_some(last_seq);

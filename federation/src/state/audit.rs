@@ -6,8 +6,6 @@
 //! trail, and the code that changes state needs no audit calls of its own. Compaction of
 //! workloads leaves their records; the trail itself keeps the newest [`MAX_EVENTS`].
 
-use std::collections::VecDeque;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Desired;
@@ -28,7 +26,8 @@ pub const ANONYMOUS: &str = "anonymous";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditTrail {
-    pub events: VecDeque<AuditEvent>,
+    /// Persistent (see [`super::workloads`]): a copy of the trail under the state lock is O(1).
+    pub events: imbl::Vector<AuditEvent>,
     pub next_seq: u64,
     /// The policy version in force (see `state::policy`).
     pub policy_version: u64,
@@ -602,7 +601,7 @@ impl FederationState {
                         .uids
                         .get(&uid)
                         .and_then(|n| self.workloads.get(n))
-                        .unwrap_or(w)
+                        .map_or(w, |w| &**w)
                         .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {t}")
@@ -633,7 +632,7 @@ impl FederationState {
                         .uids
                         .get(&uid)
                         .and_then(|n| self.workloads.get(n))
-                        .unwrap_or(w)
+                        .map_or(w, |w| &**w)
                         .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {}", t.to_rfc3339())

@@ -53,7 +53,7 @@ impl FederationState {
         };
         match w.status.as_ref().map(|s| s.phase).unwrap_or_default() {
             WorkloadPhase::Cancelled => Err(CommandResult::Existing {
-                object: StoredObject::Workload(Box::new(w.clone())),
+                object: StoredObject::Workload(Box::new(Workload::clone(w))),
             }),
             phase @ (WorkloadPhase::Succeeded | WorkloadPhase::Failed) => {
                 Err(CommandResult::Rejected {
@@ -110,7 +110,7 @@ impl FederationState {
             .filter(|name| {
                 self.workloads
                     .get(*name)
-                    .and_then(finished_at)
+                    .and_then(|w| finished_at(w))
                     .is_some_and(|f| f < before)
             })
             .take(limit)
@@ -143,8 +143,15 @@ impl FederationState {
             removed += 1;
         }
         if removed > 0 {
-            let workloads = &self.workloads;
-            self.order.retain(|_, n| workloads.contains_key(n));
+            let gone: Vec<u64> = self
+                .order
+                .iter()
+                .filter(|(_, n)| !self.workloads.contains_key(*n))
+                .map(|(seq, _)| *seq)
+                .collect();
+            for seq in gone {
+                self.order.remove(&seq);
+            }
         }
         CommandResult::Updated { count: removed }
     }

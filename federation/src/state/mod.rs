@@ -51,13 +51,15 @@ pub struct FederationState {
     /// Workloads by name (read as a map; changes are journaled for the cycle's copy).
     pub workloads: workloads::Workloads,
     /// Submission order: sequence number to workload name; the stable order of listings.
-    pub order: BTreeMap<u64, String>,
+    /// (This and the other maps that grow with the workloads are persistent, like
+    /// [`workloads::Workloads`]: a copy of the state under its lock is cheap at any size.)
+    pub order: imbl::OrdMap<u64, String>,
     pub next_seq: u64,
-    pub idempotency: BTreeMap<String, IdempotencyRecord>,
+    pub idempotency: imbl::OrdMap<String, IdempotencyRecord>,
     /// Idempotency keys by the time they were recorded, so expiry costs O(log n), not a scan.
-    pub idempotency_expiry: BTreeSet<(DateTime<Utc>, String)>,
+    pub idempotency_expiry: imbl::OrdSet<(DateTime<Utc>, String)>,
     /// UID to name.
-    pub uids: BTreeMap<String, String>,
+    pub uids: imbl::OrdMap<String, String>,
     pub queues: BTreeMap<String, Queue>,
     pub priority_classes: BTreeMap<String, PriorityClass>,
     /// Member clusters by name.
@@ -106,11 +108,11 @@ impl Default for FederationState {
         }
         Self {
             workloads: Default::default(),
-            order: BTreeMap::new(),
+            order: Default::default(),
             next_seq: 1,
-            idempotency: BTreeMap::new(),
-            idempotency_expiry: BTreeSet::new(),
-            uids: BTreeMap::new(),
+            idempotency: Default::default(),
+            idempotency_expiry: Default::default(),
+            uids: Default::default(),
             queues,
             priority_classes,
             members: BTreeMap::new(),
@@ -201,6 +203,7 @@ impl FederationState {
         self.workloads
             .get(id)
             .or_else(|| self.uids.get(id).and_then(|n| self.workloads.get(n)))
+            .map(|w| &**w)
     }
 
     /// The workload an idempotency key created, if the key is still remembered.
@@ -209,7 +212,7 @@ impl FederationState {
             .get(key)
             .and_then(|r| self.workloads.get(&r.workload).map(|w| (r, w)))
             .filter(|(r, w)| r.uid.is_none() || r.uid == w.metadata.uid)
-            .map(|(_, w)| w)
+            .map(|(_, w)| &**w)
     }
 
     /// What a submission of `w` under `key` answers without creating anything: the workload
@@ -438,11 +441,11 @@ impl FederationState {
 
     fn expire_idempotency_keys(&mut self, now: DateTime<Utc>) {
         let horizon = now - chrono::Duration::seconds(IDEMPOTENCY_RETENTION_SECS);
-        while let Some((at, _)) = self.idempotency_expiry.first() {
+        while let Some((at, _)) = self.idempotency_expiry.get_min() {
             if *at >= horizon {
                 break;
             }
-            if let Some((_, key)) = self.idempotency_expiry.pop_first() {
+            if let Some((_, key)) = self.idempotency_expiry.remove_min() {
                 self.idempotency.remove(&key);
             }
         }

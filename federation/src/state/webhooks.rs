@@ -134,7 +134,8 @@ impl FederationState {
         // Sequence numbers are consecutive in the trail: index straight to the cursor.
         let start = usize::try_from(next - oldest).ok()?;
         events
-            .range(start.min(events.len())..)
+            .skip(start.min(events.len()))
+            .iter()
             .find(|e| w.spec.events.contains(&e.kind))
             .cloned()
             .map(Ok)

@@ -8,8 +8,14 @@
 //! derived: not serialized (snapshots and the state digest hold the map only, as before), and
 //! each value (a new state, a clone, a decoded snapshot) gets a journal of its own identity,
 //! so a reader that followed another one starts over instead of missing a change.
+//!
+//! The map is persistent ([`imbl::OrdMap`]) and holds each workload behind an `Arc`: a copy
+//! of the whole map is O(1) and shares everything, so a snapshot or a state digest copies it
+//! under the state lock and encodes the copy after the lock is released, and the cycle's
+//! copy of a workload is the same allocation. A change after such a copy clones only the
+//! changed workload and the map's path to it.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -48,10 +54,13 @@ impl Default for Journal {
     }
 }
 
+/// The workloads by name, each shared with any copy that holds it.
+pub type WorkloadMap = imbl::OrdMap<String, Arc<Workload>>;
+
 /// Workloads by name, and the journal of changed names.
 #[derive(Debug, Default)]
 pub struct Workloads {
-    map: BTreeMap<String, Workload>,
+    map: WorkloadMap,
     journal: Journal,
 }
 
@@ -80,14 +89,14 @@ impl Serialize for Workloads {
 impl<'de> Deserialize<'de> for Workloads {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(Self {
-            map: BTreeMap::deserialize(d)?,
+            map: WorkloadMap::deserialize(d)?,
             journal: Journal::default(),
         })
     }
 }
 
 impl std::ops::Deref for Workloads {
-    type Target = BTreeMap<String, Workload>;
+    type Target = WorkloadMap;
 
     fn deref(&self) -> &Self::Target {
         &self.map
@@ -95,8 +104,9 @@ impl std::ops::Deref for Workloads {
 }
 
 impl<'a> IntoIterator for &'a Workloads {
-    type Item = (&'a String, &'a Workload);
-    type IntoIter = std::collections::btree_map::Iter<'a, String, Workload>;
+    type Item = (&'a String, &'a Arc<Workload>);
+    type IntoIter =
+        imbl::ordmap::Iter<'a, String, Arc<Workload>, imbl::shared_ptr::DefaultSharedPtr>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.map.iter()
@@ -110,20 +120,20 @@ impl Workloads {
             return None;
         }
         self.note(name);
-        self.map.get_mut(name)
+        self.map.get_mut(name).map(Arc::make_mut)
     }
 
     /// Stores `w` as `name` (replacing any).
     pub fn insert(&mut self, name: String, w: Workload) -> Option<Workload> {
         self.note(&name);
-        self.map.insert(name, w)
+        self.map.insert(name, Arc::new(w)).map(Arc::unwrap_or_clone)
     }
 
     /// Forgets `name`.
     pub fn remove(&mut self, name: &str) -> Option<Workload> {
         let w = self.map.remove(name)?;
         self.note(name);
-        Some(w)
+        Some(Arc::unwrap_or_clone(w))
     }
 
     fn note(&mut self, name: &str) {
@@ -194,5 +204,46 @@ mod tests {
         }
         assert_eq!(ws.changed_since(cursor), None);
         assert_eq!(ws.changed_since(ws.cursor()), Some(&[][..]));
+    }
+
+    #[test]
+    fn a_copy_keeps_what_it_copied_while_the_original_changes() {
+        let mut ws = Workloads::default();
+        for n in ["a", "b", "c"] {
+            ws.insert(n.into(), workload(n));
+        }
+        let copy = ws.clone();
+        let before = rmp_serde::to_vec_named(&ws).expect("encode");
+        if let Some(w) = ws.get_mut("b") {
+            w.spec.queue = "changed".into();
+        }
+        ws.remove("c");
+        ws.insert("d".into(), workload("d"));
+        assert_eq!(
+            copy.get("b").map(|w| w.spec.queue.as_str()),
+            Some("default")
+        );
+        assert!(copy.contains_key("c") && !copy.contains_key("d"));
+        assert_eq!(rmp_serde::to_vec_named(&copy).expect("encode"), before);
+        assert_eq!(ws.get("b").map(|w| w.spec.queue.as_str()), Some("changed"));
+        // Untouched workloads are still one allocation in both.
+        let (Some(a1), Some(a2)) = (ws.get("a"), copy.get("a")) else {
+            panic!("a in both");
+        };
+        assert!(Arc::ptr_eq(a1, a2));
+    }
+
+    #[test]
+    fn the_encoding_is_the_plain_maps_so_earlier_snapshots_still_load() {
+        let mut plain = std::collections::BTreeMap::new();
+        let mut ws = Workloads::default();
+        for n in ["x", "a", "m"] {
+            plain.insert(n.to_string(), workload(n));
+            ws.insert(n.into(), workload(n));
+        }
+        let bytes = rmp_serde::to_vec_named(&plain).expect("encode");
+        assert_eq!(rmp_serde::to_vec_named(&ws).expect("encode"), bytes);
+        let back: Workloads = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back, ws);
     }
 }

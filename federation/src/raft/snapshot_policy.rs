@@ -1,0 +1,95 @@
+//! When a node builds a snapshot: after at least `--snapshot-every` log entries, *and* once
+//! the log since the last snapshot holds at least half as many bytes as that snapshot did.
+//!
+//! A fixed entry count makes the cost of snapshots grow with the state: every 20,000 entries
+//! the whole state is encoded again, 0.8 s of CPU at 100,000 workloads and 2.3 s at 300,000,
+//! on each node. Under a steady submission load a 2-core machine then spent a core on
+//! snapshots alone, and failovers slowed down as the state grew. Tying the interval to the
+//! snapshot's size bounds the work: encoding a snapshot costs about twice what writing the
+//! log since the last one did. Restart stays bounded as well, since the log to replay is
+//! never much more than half the snapshot. (Redis rewrites its append-only file on a rule of
+//! the same kind, when the file has grown by a share of its last rewrite.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::log_store::LogStats;
+use super::types::Raft;
+
+/// How often a node looks at its log to decide.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether a snapshot is due, given the entries and log bytes written since the last one and
+/// that snapshot's size.
+pub fn due(
+    entries_since: u64,
+    log_bytes_since: u64,
+    snapshot_bytes: u64,
+    min_entries: u64,
+) -> bool {
+    entries_since >= min_entries.max(1) && log_bytes_since.saturating_mul(2) >= snapshot_bytes
+}
+
+/// Triggers this node's snapshots by [`due`], for as long as the node runs.
+pub async fn snapshot_loop(
+    raft: Raft,
+    log: Arc<LogStats>,
+    snapshot_bytes: Arc<AtomicU64>,
+    min_entries: u64,
+) {
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The log bytes written when the snapshot at `seen` was found: what the next one counts
+    // from. After a restart the log replayed since the snapshot is not counted (at most one
+    // snapshot's worth, by this rule).
+    let mut seen = None;
+    let mut mark = log.bytes.load(Ordering::Relaxed);
+    loop {
+        tick.tick().await;
+        let m = super::metrics(&raft);
+        let snapshot = m.snapshot.map(|l| l.index());
+        if snapshot != seen {
+            seen = snapshot;
+            mark = log.bytes.load(Ordering::Relaxed);
+        }
+        let applied = m.last_applied.map_or(0, |l| l.index());
+        let entries_since = applied.saturating_sub(snapshot.unwrap_or(0));
+        let bytes_since = log.bytes.load(Ordering::Relaxed).saturating_sub(mark);
+        if due(
+            entries_since,
+            bytes_since,
+            snapshot_bytes.load(Ordering::Relaxed),
+            min_entries,
+        ) {
+            tracing::debug!(entries_since, bytes_since, "building a snapshot");
+            if raft.trigger().snapshot().await.is_err() {
+                return;
+            }
+            // Give the build time to start before asking again: a build in progress does not
+            // show in the metrics until it is done.
+            tokio::time::sleep(CHECK_EVERY * 4).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_count_is_a_floor_and_the_snapshot_size_sets_the_pace() {
+        // A small state: the entry count decides, as `--snapshot-every` always did.
+        assert!(!due(19_999, 10_000_000, 50_000, 20_000));
+        assert!(due(20_000, 10_000_000, 50_000, 20_000));
+        // A large state: 20,000 entries are not enough while the log since the snapshot is
+        // less than half the snapshot.
+        assert!(!due(20_000, 9_000_000, 400_000_000, 20_000));
+        assert!(!due(1_000_000, 199_999_999, 400_000_000, 20_000));
+        assert!(due(1_000_000, 200_000_000, 400_000_000, 20_000));
+        // No snapshot yet: the entry count alone.
+        assert!(due(20_000, 0, 0, 20_000));
+        // A zero floor is read as one entry, never a snapshot of nothing new.
+        assert!(!due(0, 0, 0, 0));
+    }
+}
