@@ -225,3 +225,25 @@ fn scale_snapshot_parts() {
         rmp_serde::to_vec_named(&s.usage).unwrap().len()
     });
 }
+
+#[test]
+#[ignore = "a measurement: run by hand with --ignored --nocapture"]
+fn scale_state_copy_parts() {
+    let (s, _) = state(50_000, 33);
+    let time = |what: &str, f: &dyn Fn() -> usize| {
+        let started = RealClock.instant();
+        let mut n = 0;
+        for _ in 0..10 {
+            n = f();
+        }
+        println!("{what}: {:?} per copy ({n})", started.elapsed() / 10);
+    };
+    time("whole state", &|| s.clone().workloads.len());
+    time("assignments", &|| s.assignments.clone().iter().count());
+    time("members", &|| s.members.clone().len());
+    time("scheduling", &|| s.scheduling.clone().placements.len());
+    time("policy", &|| usize::from(s.policy.clone() == s.policy));
+    time("usage", &|| usize::from(s.usage.clone() == s.usage));
+    time("tidal", &|| usize::from(s.tidal.clone() == s.tidal));
+    time("workloads", &|| s.workloads.clone().len());
+}

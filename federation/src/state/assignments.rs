@@ -14,6 +14,7 @@
 //! it holds twice as many entries as there are records, so its cost stays amortized O(1)).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tideway_api::agent::AssignmentRecord;
@@ -22,15 +23,17 @@ use tideway_api::agent::AssignmentRecord;
 /// rebuilt on every change.
 const SLACK: usize = 1024;
 
-/// One cluster's records by workload UID.
-pub type ClusterAssignments = BTreeMap<String, AssignmentRecord>;
+/// One cluster's records by workload UID. Persistent, each record shared (as the workloads
+/// are, see [`super::workloads`]): a copy of the state under its lock is O(1) in the running
+/// work, and a change after a copy clones only the changed record.
+pub type ClusterAssignments = imbl::OrdMap<String, Arc<AssignmentRecord>>;
 
 /// Assignment records by member cluster, then workload UID, and their revision journal.
 #[derive(Debug, Clone, Default)]
 pub struct Assignments {
     records: BTreeMap<String, ClusterAssignments>,
     /// Member cluster → revision → UIDs whose record changed at that revision.
-    journal: BTreeMap<String, BTreeMap<u64, Vec<String>>>,
+    journal: BTreeMap<String, imbl::OrdMap<u64, Vec<String>>>,
     /// Entries in `journal`.
     entries: usize,
     /// Records in `records`.
@@ -69,11 +72,11 @@ impl std::ops::Index<&str> for Assignments {
 impl Assignments {
     /// The records, with a journal built from them: one entry per record, at its revision.
     pub fn from_records(records: BTreeMap<String, ClusterAssignments>) -> Self {
-        let mut journal: BTreeMap<String, BTreeMap<u64, Vec<String>>> = BTreeMap::new();
+        let mut journal: BTreeMap<String, imbl::OrdMap<u64, Vec<String>>> = BTreeMap::new();
         let mut len = 0;
         for (cluster, recs) in &records {
             let revs = journal.entry(cluster.clone()).or_default();
-            for (uid, rec) in recs {
+            for (uid, rec) in recs.iter() {
                 revs.entry(rec.revision).or_default().push(uid.clone());
                 len += 1;
             }
@@ -93,7 +96,10 @@ impl Assignments {
 
     /// The record of `uid` on `cluster`.
     pub fn record(&self, cluster: &str, uid: &str) -> Option<&AssignmentRecord> {
-        self.records.get(cluster).and_then(|m| m.get(uid))
+        self.records
+            .get(cluster)
+            .and_then(|m| m.get(uid))
+            .map(|r| &**r)
     }
 
     /// Whether `cluster` has any records.
@@ -113,7 +119,7 @@ impl Assignments {
             .records
             .entry(cluster.to_string())
             .or_default()
-            .insert(uid.to_string(), record)
+            .insert(uid.to_string(), Arc::new(record))
             .is_none()
         {
             self.len += 1;
@@ -137,7 +143,7 @@ impl Assignments {
             return None;
         }
         self.journal_change(cluster, uid, revision);
-        let rec = self.records.get_mut(cluster)?.get_mut(uid)?;
+        let rec = Arc::make_mut(self.records.get_mut(cluster)?.get_mut(uid)?);
         rec.revision = revision;
         Some(rec)
     }
@@ -149,7 +155,10 @@ impl Assignments {
         cluster: &str,
         uid: &str,
     ) -> Option<&mut AssignmentRecord> {
-        self.records.get_mut(cluster)?.get_mut(uid)
+        self.records
+            .get_mut(cluster)?
+            .get_mut(uid)
+            .map(Arc::make_mut)
     }
 
     /// Forgets a removed member's records and journal.
@@ -198,6 +207,7 @@ impl Assignments {
             .flat_map(|(_, uids)| uids)
             .filter(|uid| seen.insert(uid.as_str()))
             .filter_map(|uid| recs.get_key_value(uid))
+            .map(|(uid, r)| (uid, &**r))
             .filter(|(_, r)| r.revision > after)
             .collect();
         found.sort_by(|a, b| (a.1.revision, a.0).cmp(&(b.1.revision, b.0)));
@@ -209,7 +219,12 @@ impl Assignments {
         let mut out: Vec<(&String, &AssignmentRecord)> = self
             .records
             .get(cluster)
-            .map(|m| m.iter().filter(|(_, r)| r.revision > after).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(uid, r)| (uid, &**r))
+                    .filter(|(_, r)| r.revision > after)
+                    .collect()
+            })
             .unwrap_or_default();
         out.sort_by(|a, b| (a.1.revision, a.0).cmp(&(b.1.revision, b.0)));
         out.into_iter().map(|(_, r)| r.clone()).collect()
