@@ -256,7 +256,7 @@ impl FederationState {
             quarantined_until: rec.quarantined_until(),
         });
         rec.cluster = member.clone();
-        self.members.insert(name, rec);
+        self.members.insert(name, std::sync::Arc::new(rec));
         CommandResult::Created {
             object: StoredObject::MemberCluster(Box::new(member)),
         }
@@ -271,7 +271,7 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
-        let Some(rec) = self.members.get_mut(name) else {
+        let Some(rec) = self.members.get_mut(name).map(std::sync::Arc::make_mut) else {
             return rejected(
                 "metadata.name",
                 format!("member cluster '{name}' is not registered"),
@@ -325,7 +325,7 @@ impl FederationState {
         digest: CapacityDigest,
         at: DateTime<Utc>,
     ) -> CommandResult {
-        let Some(rec) = self.members.get_mut(name) else {
+        let Some(rec) = self.members.get_mut(name).map(std::sync::Arc::make_mut) else {
             return rejected(
                 "cluster",
                 format!("member cluster '{name}' is not registered"),
@@ -355,7 +355,7 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
-        let Some(rec) = self.members.get_mut(name) else {
+        let Some(rec) = self.members.get_mut(name).map(std::sync::Arc::make_mut) else {
             return CommandResult::Updated { count: 0 };
         };
         if !rec.end_quarantine_due(at) {
@@ -401,7 +401,7 @@ impl FederationState {
         intent: MemberIntent,
         index: u64,
     ) -> CommandResult {
-        let Some(rec) = self.members.get_mut(name) else {
+        let Some(rec) = self.members.get_mut(name).map(std::sync::Arc::make_mut) else {
             return rejected(
                 "metadata.name",
                 format!("member cluster '{name}' is not registered"),
@@ -569,7 +569,9 @@ impl FederationState {
         self.removed_members.insert(name.to_string());
         match self.members.remove(name) {
             Some(rec) => CommandResult::Created {
-                object: StoredObject::MemberCluster(Box::new(rec.cluster)),
+                object: StoredObject::MemberCluster(Box::new(
+                    std::sync::Arc::unwrap_or_clone(rec).cluster,
+                )),
             },
             None => CommandResult::Updated { count: 0 },
         }
@@ -804,7 +806,9 @@ impl FederationState {
 }
 
 /// Members by name, for the capacity view and the scheduler.
-pub type Members = BTreeMap<String, MemberRecord>;
+/// Member records by name, each shared with any copy of the state: a copy under the state
+/// lock does not clone the members' digests, and a change clones only the member it changes.
+pub type Members = BTreeMap<String, std::sync::Arc<MemberRecord>>;
 
 #[cfg(test)]
 pub(crate) mod tests {

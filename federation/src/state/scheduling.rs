@@ -107,7 +107,8 @@ pub struct PreemptDecision {
 pub struct SchedulingState {
     pub reservations: Vec<Reservation>,
     /// Where each assigned workload's pods went (by UID), as the scheduler decided.
-    pub placements: BTreeMap<String, Vec<Placement>>,
+    /// (Persistent: a copy of the state under its lock is O(1) in the running work.)
+    pub placements: imbl::OrdMap<String, Vec<Placement>>,
     /// Victim UID → the preemptor it is making room for, while its notice runs.
     pub preempting: BTreeMap<String, String>,
     /// Times of recent evictions, oldest first.

@@ -9,7 +9,7 @@
 //! a digest that repeats the same totals adds nothing. The ledger is part of the state, so
 //! it is in every snapshot and survives restarts.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -31,10 +31,11 @@ pub const MAX_STEPS: usize = 20_000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageLedger {
-    /// Runs that ended, in the order they ended.
-    pub closed: VecDeque<Run>,
+    /// Runs that ended, in the order they ended. (This and `open` are persistent, as the
+    /// workloads are: a copy of the state under its lock is O(1) in them.)
+    pub closed: imbl::Vector<Run>,
     /// Runs of running workloads, by workload UID (one per flavor of the workload).
-    pub open: BTreeMap<String, Vec<Run>>,
+    pub open: imbl::OrdMap<String, Vec<Run>>,
     /// Fleet GPUs per flavor: every registered member's reported total.
     pub capacity: BTreeMap<String, Vec<Step>>,
     /// Guaranteed GPUs per queue, then flavor.
