@@ -185,45 +185,30 @@ fn scale_costs_per_submission_and_per_cycle() {
 #[ignore = "a measurement: run by hand with --ignored --nocapture"]
 fn scale_snapshot_parts() {
     let (s, _) = state(50_000, 50);
+    assert_eq!(s.workloads.len(), 50_000);
+    assert_eq!(
+        s.assignments.iter().map(|(_, r)| r.len()).sum::<usize>(),
+        1_000
+    );
+    fn encoded<T: serde::Serialize>(v: &T) -> usize {
+        rmp_serde::to_vec_named(v).expect("encode").len()
+    }
     let time = |what: &str, f: &dyn Fn() -> usize| {
         let started = RealClock.instant();
         let n = f();
         println!("{what}: {:?} ({n} bytes)", started.elapsed());
     };
-    time("clone whole", &|| {
-        let c = s.clone();
-        c.workloads.len()
-    });
-    time("encode whole", &|| {
-        rmp_serde::to_vec_named(&s).unwrap().len()
-    });
-    time("workloads", &|| {
-        rmp_serde::to_vec_named(&s.workloads).unwrap().len()
-    });
-    time("order", &|| {
-        rmp_serde::to_vec_named(&s.order).unwrap().len()
-    });
-    time("idempotency", &|| {
-        rmp_serde::to_vec_named(&s.idempotency).unwrap().len()
-    });
-    time("idem expiry", &|| {
-        rmp_serde::to_vec_named(&s.idempotency_expiry)
-            .unwrap()
-            .len()
-    });
-    time("uids", &|| rmp_serde::to_vec_named(&s.uids).unwrap().len());
-    time("assignments", &|| {
-        rmp_serde::to_vec_named(&s.assignments).unwrap().len()
-    });
-    time("scheduling", &|| {
-        rmp_serde::to_vec_named(&s.scheduling).unwrap().len()
-    });
-    time("audit", &|| {
-        rmp_serde::to_vec_named(&s.audit).unwrap().len()
-    });
-    time("usage", &|| {
-        rmp_serde::to_vec_named(&s.usage).unwrap().len()
-    });
+    time("clone whole", &|| s.clone().workloads.len());
+    time("encode whole", &|| encoded(&s));
+    time("workloads", &|| encoded(&s.workloads));
+    time("order", &|| encoded(&s.order));
+    time("idempotency", &|| encoded(&s.idempotency));
+    time("idem expiry", &|| encoded(&s.idempotency_expiry));
+    time("uids", &|| encoded(&s.uids));
+    time("assignments", &|| encoded(&s.assignments));
+    time("scheduling", &|| encoded(&s.scheduling));
+    time("audit", &|| encoded(&s.audit));
+    time("usage", &|| encoded(&s.usage));
 }
 
 #[test]

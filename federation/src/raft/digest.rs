@@ -166,25 +166,28 @@ fn assignments_moved(
     Ok(())
 }
 
-/// The members' sum. Members are few and shared by `Arc`, so a move compares pointers.
+/// The members of `a` that `b` does not hold as the same record (by pointer: members are
+/// few and shared by `Arc`, so a change is a new allocation).
+fn members_not_in<'a>(
+    a: &'a crate::state::members::Members,
+    b: &'a crate::state::members::Members,
+) -> impl Iterator<
+    Item = (
+        &'a String,
+        &'a std::sync::Arc<crate::state::members::MemberRecord>,
+    ),
+> {
+    a.iter()
+        .filter(|(name, rec)| b.get(*name).is_none_or(|r| !std::sync::Arc::ptr_eq(r, rec)))
+}
+
+/// The members' sum, moved from `old` to `new`.
 fn members_moved(sum: &mut u64, old: &FederationState, new: &FederationState) -> Result<(), Error> {
-    for (name, rec) in &old.members {
-        if new
-            .members
-            .get(name)
-            .is_none_or(|r| !std::sync::Arc::ptr_eq(r, rec))
-        {
-            sub(sum, hash_of(&(name, rec))?);
-        }
+    for gone in members_not_in(&old.members, &new.members) {
+        sub(sum, hash_of(&gone)?);
     }
-    for (name, rec) in &new.members {
-        if old
-            .members
-            .get(name)
-            .is_none_or(|r| !std::sync::Arc::ptr_eq(r, rec))
-        {
-            add(sum, hash_of(&(name, rec))?);
-        }
+    for came in members_not_in(&new.members, &old.members) {
+        add(sum, hash_of(&came)?);
     }
     Ok(())
 }
@@ -205,8 +208,8 @@ impl Sums {
             assignments: assignments_sum(s)?,
             members: {
                 let mut m = 0;
-                for (name, rec) in &s.members {
-                    add(&mut m, hash_of(&(name, rec))?);
+                for member in &s.members {
+                    add(&mut m, hash_of(&member)?);
                 }
                 m
             },
