@@ -501,7 +501,8 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = tideway_federation::node::DEFAULT_ELECTION_TIMEOUT_MS.1)]
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after at least this many log entries (and once the log since the
-    /// last snapshot is as large as that snapshot, so a large state is not re-encoded often).
+    /// last snapshot is half as large as that snapshot, so a large state is not re-encoded
+    /// often).
     #[arg(long, default_value_t = 20_000)]
     pub snapshot_every: u64,
     /// How often member agents are expected to heartbeat.

@@ -154,8 +154,8 @@ pub struct Captured {
 }
 
 /// Reads what the cycle needs from `state` (the leader passes the copy it took under the
-/// state lock); `backlog` must have been refreshed from the same state. The pending workloads are added by [`Captured::finish`],
-/// after the lock is released.
+/// state lock); `backlog` must have been refreshed from the same state. The pending
+/// workloads are added by [`Captured::finish`], after the lock is released.
 pub fn capture(
     state: &FederationState,
     backlog: &Backlog,
@@ -344,18 +344,7 @@ pub fn decisions_of(
         .iter()
         .map(Into::into)
         .collect();
-    decisions_with(
-        |uid| {
-            state
-                .uids
-                .get(uid)
-                .and_then(|name| state.workloads.get(name))
-                .map(|w| &**w)
-        },
-        &reservations,
-        out,
-        now,
-    )
+    decisions_with(|uid| state.by_uid(uid), &reservations, out, now)
 }
 
 /// [`decisions_of`] over any view of the workloads (by uid) and the reservations the input

@@ -181,54 +181,55 @@ fn scale_costs_per_submission_and_per_cycle() {
     }
 }
 
+/// Prints how long `f` takes, the mean of `reps` runs, and what it answered.
+fn timed(what: &str, reps: u32, f: &dyn Fn() -> usize) {
+    let started = RealClock.instant();
+    let mut n = 0;
+    for _ in 0..reps {
+        n = f();
+    }
+    println!("{what}: {:?} per run ({n})", started.elapsed() / reps);
+}
+
+/// Assigned records in `s`, on every member.
+fn assigned(s: &FederationState) -> usize {
+    s.assignments.iter().map(|(_, r)| r.len()).sum()
+}
+
 #[test]
 #[ignore = "a measurement: run by hand with --ignored --nocapture"]
 fn scale_snapshot_parts() {
     let (s, _) = state(50_000, 50);
     assert_eq!(s.workloads.len(), 50_000);
-    assert_eq!(
-        s.assignments.iter().map(|(_, r)| r.len()).sum::<usize>(),
-        1_000
-    );
+    assert_eq!(assigned(&s), 1_000);
     fn encoded<T: serde::Serialize>(v: &T) -> usize {
         rmp_serde::to_vec_named(v).expect("encode").len()
     }
-    let time = |what: &str, f: &dyn Fn() -> usize| {
-        let started = RealClock.instant();
-        let n = f();
-        println!("{what}: {:?} ({n} bytes)", started.elapsed());
-    };
-    time("clone whole", &|| s.clone().workloads.len());
-    time("encode whole", &|| encoded(&s));
-    time("workloads", &|| encoded(&s.workloads));
-    time("order", &|| encoded(&s.order));
-    time("idempotency", &|| encoded(&s.idempotency));
-    time("idem expiry", &|| encoded(&s.idempotency_expiry));
-    time("uids", &|| encoded(&s.uids));
-    time("assignments", &|| encoded(&s.assignments));
-    time("scheduling", &|| encoded(&s.scheduling));
-    time("audit", &|| encoded(&s.audit));
-    time("usage", &|| encoded(&s.usage));
+    timed("clone whole", 1, &|| s.clone().workloads.len());
+    timed("encode whole", 1, &|| encoded(&s));
+    timed("workloads", 1, &|| encoded(&s.workloads));
+    timed("order", 1, &|| encoded(&s.order));
+    timed("idempotency", 1, &|| encoded(&s.idempotency));
+    timed("idem expiry", 1, &|| encoded(&s.idempotency_expiry));
+    timed("uids", 1, &|| encoded(&s.uids));
+    timed("assignments", 1, &|| encoded(&s.assignments));
+    timed("scheduling", 1, &|| encoded(&s.scheduling));
+    timed("audit", 1, &|| encoded(&s.audit));
+    timed("usage", 1, &|| encoded(&s.usage));
 }
 
 #[test]
 #[ignore = "a measurement: run by hand with --ignored --nocapture"]
 fn scale_state_copy_parts() {
     let (s, _) = state(50_000, 33);
-    let time = |what: &str, f: &dyn Fn() -> usize| {
-        let started = RealClock.instant();
-        let mut n = 0;
-        for _ in 0..10 {
-            n = f();
-        }
-        println!("{what}: {:?} per copy ({n})", started.elapsed() / 10);
-    };
-    time("whole state", &|| s.clone().workloads.len());
-    time("assignments", &|| s.assignments.clone().iter().count());
-    time("members", &|| s.members.clone().len());
-    time("scheduling", &|| s.scheduling.clone().placements.len());
-    time("policy", &|| usize::from(s.policy.clone() == s.policy));
-    time("usage", &|| usize::from(s.usage.clone() == s.usage));
-    time("tidal", &|| usize::from(s.tidal.clone() == s.tidal));
-    time("workloads", &|| s.workloads.clone().len());
+    assert_eq!(s.workloads.len(), 50_000);
+    assert_eq!(assigned(&s), 1_516);
+    timed("whole state", 10, &|| s.clone().workloads.len());
+    timed("assignments", 10, &|| s.assignments.clone().iter().count());
+    timed("members", 10, &|| s.members.clone().len());
+    timed("scheduling", 10, &|| s.scheduling.clone().placements.len());
+    timed("policy", 10, &|| usize::from(s.policy.clone() == s.policy));
+    timed("usage", 10, &|| usize::from(s.usage.clone() == s.usage));
+    timed("tidal", 10, &|| usize::from(s.tidal.clone() == s.tidal));
+    timed("workloads", 10, &|| s.workloads.clone().len());
 }

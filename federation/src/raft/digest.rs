@@ -4,10 +4,10 @@
 //! The parts of the state that grow with the workloads or the running work are persistent
 //! maps (see [`crate::state::workloads`]). The digest hashes each of their entries on its own
 //! and adds the hashes up per part (a sum does not depend on the order it is taken in); the
-//! members, few and shared, likewise. The rest of the state is encoded whole. The cache below keeps the last state it
-//! digested: the next digest walks only what changed since then (`OrdMap::diff` skips the
-//! subtrees both copies share), so `cluster status` on a busy node costs O(changes), not an
-//! encoding of the whole state (0.8 s at 100,000 workloads).
+//! members, few and shared, likewise. The rest of the state is encoded whole. The cache
+//! below keeps the last state it digested: the next digest walks only what changed since
+//! then (`OrdMap::diff` skips the subtrees both copies share), so `cluster status` on a busy
+//! node costs O(changes), not an encoding of the whole state (0.8 s at 100,000 workloads).
 
 use std::hash::Hasher;
 use std::io;
@@ -68,14 +68,6 @@ fn sub(sum: &mut u64, h: u64) {
     *sum = sum.wrapping_sub(h);
 }
 
-fn map_sum<K: Serialize + Ord, V: Serialize>(m: &imbl::OrdMap<K, V>) -> Result<u64, Error> {
-    let mut s = 0;
-    for (k, v) in m.iter() {
-        add(&mut s, hash_of(&(k, v))?);
-    }
-    Ok(s)
-}
-
 /// `sum` of `old`, moved to that of `new`: O(entries that differ).
 fn map_moved<K, V>(
     sum: &mut u64,
@@ -100,14 +92,6 @@ where
     Ok(())
 }
 
-fn set_sum<A: Serialize + Ord + Clone>(s: &imbl::OrdSet<A>) -> Result<u64, Error> {
-    let mut sum = 0;
-    for a in s.iter() {
-        add(&mut sum, hash_of(a)?);
-    }
-    Ok(sum)
-}
-
 fn set_moved<A: Serialize + Ord + Clone>(
     sum: &mut u64,
     old: &imbl::OrdSet<A>,
@@ -121,17 +105,6 @@ fn set_moved<A: Serialize + Ord + Clone>(
         }
     }
     Ok(())
-}
-
-/// The assignment records' sum: each record hashed with its cluster and UID.
-fn assignments_sum(s: &FederationState) -> Result<u64, Error> {
-    let mut sum = 0;
-    for (cluster, recs) in s.assignments.iter() {
-        for (uid, rec) in recs.iter() {
-            add(&mut sum, hash_of(&(cluster, uid, rec))?);
-        }
-    }
-    Ok(sum)
 }
 
 fn assignments_moved(
@@ -193,27 +166,10 @@ fn members_moved(sum: &mut u64, old: &FederationState, new: &FederationState) ->
 }
 
 impl Sums {
+    /// The sums of `s`, from scratch: moved from a state with none of the large parts, so
+    /// that the from-scratch digest and the incremental one share every line that hashes.
     fn of(s: &FederationState) -> Result<Self, Error> {
-        let mut audit = 0;
-        for e in &s.audit.events {
-            add(&mut audit, hash_of(e)?);
-        }
-        Ok(Self {
-            workloads: map_sum(&s.workloads)?,
-            order: map_sum(&s.order)?,
-            idempotency: map_sum(&s.idempotency)?,
-            idempotency_expiry: set_sum(&s.idempotency_expiry)?,
-            uids: map_sum(&s.uids)?,
-            audit,
-            assignments: assignments_sum(s)?,
-            members: {
-                let mut m = 0;
-                for member in &s.members {
-                    add(&mut m, hash_of(&member)?);
-                }
-                m
-            },
-        })
+        Self::default().moved(&FederationState::default(), s)
     }
 
     /// The sums of `new`, from those of `old` (`self`).

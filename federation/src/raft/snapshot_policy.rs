@@ -41,8 +41,8 @@ pub async fn snapshot_loop(
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The log bytes written when the snapshot at `seen` was found: what the next one counts
-    // from. After a restart the log replayed since the snapshot is not counted (at most one
-    // snapshot's worth, by this rule).
+    // from. After a restart the log replayed since the snapshot is not counted (at most half
+    // a snapshot's worth, by this rule).
     let mut seen = None;
     let mut mark = log.bytes.load(Ordering::Relaxed);
     loop {

@@ -110,8 +110,6 @@ fn decode_snapshot(bytes: &[u8]) -> io::Result<SnapshotFormat> {
     })
 }
 
-pub use super::digest::{DigestCache, DigestSource, state_digest};
-
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = SnapshotData;
 

@@ -101,7 +101,7 @@ pub struct AppState {
     /// The time records are stamped with.
     pub clock: SharedClock,
     /// `cluster status`'s state digest, per applied index.
-    pub digest_cache: Arc<crate::raft::state_machine::DigestCache>,
+    pub digest_cache: Arc<crate::raft::digest::DigestCache>,
     /// The peer plane is served on its own listener (`--peer-listen`): the public router
     /// leaves the Raft and forwarding routes out.
     pub peer_apart: bool,

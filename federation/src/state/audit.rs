@@ -592,16 +592,12 @@ impl FederationState {
                     }
                     let w = &rec.assignment.workload;
                     let preemptor_queue = self
-                        .uids
-                        .get(&preemptor)
-                        .and_then(|n| self.workloads.get(n))
+                        .by_uid(&preemptor)
                         .map(|p| p.spec.queue.clone())
                         .unwrap_or_else(|| w.spec.queue.clone());
                     let checkpoint = self
-                        .uids
-                        .get(&uid)
-                        .and_then(|n| self.workloads.get(n))
-                        .map_or(w, |w| &**w)
+                        .by_uid(&uid)
+                        .unwrap_or(w)
                         .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {t}")
@@ -629,10 +625,8 @@ impl FederationState {
                     }
                     let w = &rec.assignment.workload;
                     let last = self
-                        .uids
-                        .get(&uid)
-                        .and_then(|n| self.workloads.get(n))
-                        .map_or(w, |w| &**w)
+                        .by_uid(&uid)
+                        .unwrap_or(w)
                         .last_checkpoint_at()
                         .map_or("no checkpoint reported".to_string(), |t| {
                             format!("last checkpoint at {}", t.to_rfc3339())
@@ -653,7 +647,7 @@ impl FederationState {
             }
             (Hint::Report { cluster, uids }, _) => {
                 for uid in uids {
-                    let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get(n)) else {
+                    let Some(w) = self.by_uid(&uid) else {
                         continue;
                     };
                     if w.metadata.resource_version != Some(index) {
@@ -679,7 +673,7 @@ impl FederationState {
             }
             (Hint::Checkpointed { cluster, uids }, _) => {
                 for uid in uids {
-                    let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get(n)) else {
+                    let Some(w) = self.by_uid(&uid) else {
                         continue;
                     };
                     if w.metadata.resource_version != Some(index) {

@@ -50,9 +50,7 @@ impl FederationState {
         if rec.assignment.attempt != cp.attempt || !live {
             return false;
         }
-        self.uids
-            .get(&cp.uid)
-            .and_then(|n| self.workloads.get(n))
+        self.by_uid(&cp.uid)
             .and_then(|w| w.status.as_ref())
             .is_some_and(|st| {
                 st.phase == WorkloadPhase::Running

@@ -449,7 +449,7 @@ impl FederationState {
                         grace_seconds: DRAIN_GRACE_SECONDS,
                     };
                 }
-                if let Some(w) = self.uids.get(&uid).and_then(|n| self.workloads.get_mut(n)) {
+                if let Some(w) = self.by_uid_mut(&uid) {
                     if let Some(st) = w.status.as_mut() {
                         st.message = Some(format!(
                             "{name} is draining: checkpoint and stop within {DRAIN_GRACE_SECONDS} s, then move"
@@ -495,6 +495,7 @@ impl FederationState {
             self.scheduling.preempting.remove(uid);
             self.scheduling.placements.remove(uid);
             changed += 1;
+            // Field by field, not `by_uid_mut`: `self.clock` is read while `w` is held.
             let Some(w) = self.uids.get(uid).and_then(|n| self.workloads.get_mut(n)) else {
                 continue;
             };
@@ -774,7 +775,7 @@ impl FederationState {
         if rec.assignment.attempt != st.attempt || !live {
             return false;
         }
-        let Some(w) = self.uids.get(&st.uid).and_then(|n| self.workloads.get(n)) else {
+        let Some(w) = self.by_uid(&st.uid) else {
             return false;
         };
         let phase = w.status.as_ref().map(|s| s.phase).unwrap_or_default();

@@ -202,8 +202,22 @@ impl FederationState {
     pub fn workload(&self, id: &str) -> Option<&Workload> {
         self.workloads
             .get(id)
-            .or_else(|| self.uids.get(id).and_then(|n| self.workloads.get(n)))
             .map(|w| &**w)
+            .or_else(|| self.by_uid(id))
+    }
+
+    /// Looks a workload up by UID.
+    pub fn by_uid(&self, uid: &str) -> Option<&Workload> {
+        self.uids
+            .get(uid)
+            .and_then(|n| self.workloads.get(n))
+            .map(|w| &**w)
+    }
+
+    /// The workload of `uid`, to change (journaled, see [`workloads::Workloads::get_mut`]).
+    pub(crate) fn by_uid_mut(&mut self, uid: &str) -> Option<&mut Workload> {
+        let name = self.uids.get(uid)?;
+        self.workloads.get_mut(name)
     }
 
     /// The workload an idempotency key created, if the key is still remembered.

@@ -221,10 +221,7 @@ impl FederationState {
                     .preempting
                     .insert(victim.to_string(), p.preemptor.to_string());
                 self.scheduling.evictions.push(at);
-                if let Some(w) = self
-                    .uids
-                    .get(victim.as_str())
-                    .and_then(|n| self.workloads.get_mut(n))
+                if let Some(w) = self.by_uid_mut(victim.as_str())
                     && let Some(st) = w.status.as_mut()
                 {
                     st.message = Some(format!(
@@ -261,9 +258,7 @@ impl FederationState {
     /// to stop: from `at` until their grace ends, and then until it starts or gives up.
     fn hold_for_preemptor(&mut self, p: &PreemptDecision, at: DateTime<Utc>) {
         let pending = self
-            .uids
-            .get(p.preemptor.as_str())
-            .and_then(|n| self.workloads.get(n))
+            .by_uid(p.preemptor.as_str())
             .and_then(|w| w.status.as_ref())
             .is_some_and(|st| st.phase == WorkloadPhase::Pending);
         if !pending {
