@@ -133,6 +133,15 @@ pub struct SchedulerTuning {
     /// Only gangs whose queue stays within its guarantee with them get reservations; work
     /// that would borrow waits for idle capacity instead of holding it idle for itself.
     pub reservation_within_guarantee: bool,
+    /// Gangs of at least this many GPUs that fit nowhere, while their cluster has enough
+    /// GPUs free in scattered holes, may move smaller checkpointing work of equal or lower
+    /// priority off the nodes they need, when that work fits again in the holes at once
+    /// (defragmentation; docs/scheduling.md). Unset: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defragment_min_gpus: Option<u64>,
+    /// Defragmentation moves only work that would lose at most this much (seconds since its
+    /// last checkpoint or start).
+    pub defragment_max_work_lost_seconds: u64,
 }
 
 impl Default for SchedulerTuning {
@@ -159,6 +168,8 @@ impl Default for SchedulerTuning {
             reclaim_loss_per_wait: None,
             nodes_by_work_lost: true,
             reservation_within_guarantee: false,
+            defragment_min_gpus: None,
+            defragment_max_work_lost_seconds: 600,
         }
     }
 }
@@ -237,6 +248,15 @@ impl SchedulerTuning {
         if let Some(n) = self.reclaim_min_gpus {
             c.range(at(prefix, "reclaimMinGpus"), n, 1, 1_000_000);
         }
+        if let Some(n) = self.defragment_min_gpus {
+            c.range(at(prefix, "defragmentMinGpus"), n, 2, 1_000_000);
+        }
+        c.range(
+            at(prefix, "defragmentMaxWorkLostSeconds"),
+            self.defragment_max_work_lost_seconds,
+            0,
+            365 * 24 * 3600,
+        );
         c.text(at(prefix, "spreadLabel"), &self.spread_label);
     }
 }

@@ -674,6 +674,21 @@ impl PoolState {
         add(&mut self.hist);
     }
 
+    /// Turns one node with `free` GPUs free, in `domain` (or anywhere in the pool), into a
+    /// node with `free + add`: capacity returned to a node whose other free GPUs are known
+    /// (see `nodes`). False, with nothing changed, when the model holds no such node there.
+    pub fn join_free(&mut self, domain: Option<usize>, free: u32, add: u32) -> bool {
+        let (k, nk) = (free as usize, free as usize + add as usize);
+        if add == 0 || nk > MAX_NODE_GPUS.max(self.hist.len()) {
+            return false;
+        }
+        let mut used = Vec::new();
+        match domain {
+            Some(d) => self.move_nodes_under(d, k, nk, 1, &mut used).is_some(),
+            None => self.move_nodes_anywhere(k, nk, 1, &mut used).is_some(),
+        }
+    }
+
     fn common_domain(&self, leaves: &[usize]) -> Option<DomainRef> {
         let first = *leaves.first()?;
         if leaves.iter().all(|l| *l == first) && self.domains[first].level.is_some() {
@@ -783,6 +798,30 @@ mod tests {
         let p = PoolState::from_digest(&d);
         assert!(!p.supports(TopologyLevel::Rack));
         assert!(p.supports(TopologyLevel::Zone));
+    }
+
+    /// Returned GPUs join a node's known holes, in its rack and zone too; where the model
+    /// has no node with that many free, nothing changes and the caller counts them apart.
+    #[test]
+    fn returned_gpus_join_a_node_with_holes() {
+        let d = pool(
+            vec![
+                dom(TopologyLevel::Rack, "z1/a", &[0, 0, 0, 0, 2]),
+                dom(TopologyLevel::Zone, "z1", &[0, 0, 0, 0, 2]),
+            ],
+            &[0, 0, 0, 0, 2],
+        );
+        let mut p = PoolState::from_digest(&d);
+        let rack = p.racks[0];
+        assert!(p.best_fit(&need(1, 8, None)).is_none());
+        assert!(p.join_free(Some(rack), 4, 4));
+        assert_eq!(p.hist, vec![0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(p.domains[rack].hist, p.hist);
+        assert!(p.best_fit(&need(1, 8, Some(TopologyLevel::Rack))).is_some());
+        // No node with 3 free: refused, the pool unchanged.
+        let before = p.hist.clone();
+        assert!(!p.join_free(None, 3, 1));
+        assert_eq!(p.hist, before);
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub struct RunInfo<'a> {
     /// The nodes it occupies, as its member reported them: (pool index, domain index, node
     /// id, GPUs). Empty when unknown; see `nodes`.
     pub nodes: Vec<(usize, Option<usize>, &'a str, u32)>,
+    /// Its cluster's index, when the cluster is known.
+    pub cluster: Option<usize>,
     pub tier: VictimTier,
     pub work_lost_seconds: u64,
     pub admitted_at: DateTime<Utc>,
@@ -177,6 +179,16 @@ pub struct Cycle<'a> {
     pub queue_of: Vec<Option<usize>>,
     pub running: Vec<RunInfo<'a>>,
     pub on_cluster: Vec<Vec<u32>>,
+    /// Per (cluster, node id): GPUs the running work reports there; see `nodes`.
+    pub node_used: DetMap<(usize, &'a str), u32>,
+    /// Per cluster: whether every running workload on it reported its nodes, so that a
+    /// node's free GPUs can be told from the GPUs used there.
+    pub nodes_known: Vec<bool>,
+    /// Set while defragmentation plans: returned GPUs join the holes of their node.
+    pub join_holes: bool,
+    /// Per fleet side: whether some of its pending work waits within its guarantee; taken
+    /// at the first defragmentation of the cycle.
+    pub owed_sides: Option<[bool; 2]>,
     pub holds: Vec<Hold>,
     pub holds_on: Vec<Vec<usize>>,
     pub own_hold: DetMap<u32, usize>,
@@ -409,6 +421,10 @@ impl<'a> Cycle<'a> {
             queue_of: Vec::with_capacity(input.pending.len()),
             running: Vec::with_capacity(input.running.len()),
             on_cluster: vec![Vec::new(); input.clusters.len()],
+            node_used: DetMap::default(),
+            nodes_known: vec![true; input.clusters.len()],
+            join_holes: false,
+            owed_sides: None,
             holds: Vec::new(),
             holds_on: vec![Vec::new(); input.clusters.len()],
             own_hold: DetMap::default(),
@@ -428,6 +444,7 @@ impl<'a> Cycle<'a> {
             quota_reasons: DetMap::default(),
         };
         cycle.load_running(&cluster_ids);
+        cycle.load_node_use();
         cycle.load_pending();
         cycle.load_holds(&cluster_ids);
         cycle
@@ -523,6 +540,7 @@ impl<'a> Cycle<'a> {
                 gpus,
                 nodes: super::nodes::located(&pods, r),
                 pods,
+                cluster,
                 tier,
                 work_lost_seconds,
                 admitted_at: r.admitted_at,
@@ -883,7 +901,7 @@ impl<'a> Cycle<'a> {
                 Explanation::new(Unblock::PreemptionCompletes { victims }),
             );
         }
-        if self.try_reclaim(idx, q) || self.try_preempt(idx, q) {
+        if self.try_reclaim(idx, q) || self.try_preempt(idx, q) || self.try_defragment(idx, q) {
             return;
         }
         let (reason, explanation) = self.capacity_reason(idx, &restricted);

@@ -118,6 +118,9 @@ pub struct SchedulerStats {
     pub fit_evaluations: u64,
     pub fit_cache_hits: u64,
     pub preemption_attempts: u64,
+    /// Preemptions that moved small checkpointing work to give a gang whole nodes.
+    #[serde(default)]
+    pub defragmentations: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -30,6 +30,7 @@
 mod capacity;
 mod cycle;
 pub mod decision;
+mod defragment;
 pub mod error;
 mod estimate;
 pub mod estimator;

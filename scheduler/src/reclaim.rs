@@ -234,6 +234,7 @@ impl Cycle<'_> {
     /// value `base`): active, another holder, sharing a flavor with shape `s`, of a class
     /// not lower than `idx`'s.
     pub fn preemptor_holds_against(&self, ci: usize, idx: u32, s: usize, base: i32) -> Vec<usize> {
+        let mut owed = None;
         self.holds_on[ci]
             .iter()
             .copied()
@@ -244,8 +245,34 @@ impl Cycle<'_> {
                     && hold.holder != idx
                     && hold.holder_base >= base
                     && self.shapes[s].flavors().any(|f| hold.flavors.contains(&f))
+                    && !self.owed_passes_borrower(hold.holder, idx, &mut owed)
             })
             .collect()
+    }
+
+    /// Whether pending `idx`, owed by its fleet side, may take the room held for `holder`,
+    /// a workload of the other side running beyond its guarantee: borrowed room never keeps
+    /// out what the other side is owed. `owed` caches `idx`'s answer.
+    fn owed_passes_borrower(&self, holder: u32, idx: u32, owed: &mut Option<bool>) -> bool {
+        if self.sides.entries.is_empty() {
+            return false;
+        }
+        let side_of =
+            |i: u32| FleetSide::of_class(self.input.pending[i as usize].workload.spec.class);
+        let side = side_of(holder);
+        if side == side_of(idx) {
+            return false;
+        }
+        // The holder already counts for its side (`load_preemptor_holds`).
+        let flavors = &self.shapes[self.shape_of[holder as usize] as usize];
+        let mut mine = self
+            .sides
+            .entries
+            .iter()
+            .filter(|e| e.side == side && flavors.flavors().any(|f| f == e.flavor))
+            .peekable();
+        let borrows = mine.peek().is_some() && !mine.any(|e| e.used <= e.guarantee_at(self.now));
+        borrows && !*owed.get_or_insert_with(|| self.side_borrows(idx))
     }
 
     /// Whether every holder in `holds` still fits in `pools` (capacity actually free, only
@@ -267,8 +294,12 @@ impl Cycle<'_> {
             if hold.returning.is_empty() {
                 return true;
             }
+            // The holder's victims back where they are (holes joined, the accurate model
+            // where nodes are known): a defragmenting gang needs its victims' GPUs to join
+            // the holes beside them, and the conservative model would keep every other
+            // workload off the cluster for the whole grace.
             let mut back = pools.clone();
-            self.return_into(&mut back, &hold.returning);
+            self.return_victims(&mut back, &hold.returning, true);
             let holder = self.shape_of[hold.holder as usize] as usize;
             fit_in_pools(&back, &self.shapes[holder], &self.book.flavors).is_some()
         })
@@ -648,7 +679,7 @@ impl Cycle<'_> {
         self.commit_reclaim(idx, q, plan)
     }
 
-    fn commit_reclaim(&mut self, idx: u32, q: usize, plan: Plan) -> bool {
+    pub(super) fn commit_reclaim(&mut self, idx: u32, q: usize, plan: Plan) -> bool {
         if plan.victims.len() > self.budget_left as usize {
             let at = self.input.preemption_budget.refills_at;
             self.pending(

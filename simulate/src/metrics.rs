@@ -238,6 +238,9 @@ pub struct RunStats {
     pub scheduler_wall_seconds: f64,
     /// Decisions by type over all cycles.
     pub preemption_decisions: u64,
+    /// Of those, the ones that moved small checkpointing work off nodes a gang needed
+    /// (`defragmentMinGpus`).
+    pub defragmentations: u64,
     pub reservations: u64,
 }
 

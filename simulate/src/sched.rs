@@ -281,6 +281,7 @@ pub(crate) struct SchedStats {
     cycles: u64,
     wall: Duration,
     preemption_decisions: u64,
+    defragmentations: u64,
     reservations: u64,
 }
 
@@ -296,6 +297,11 @@ impl SchedStats {
 
     pub fn preemption_decisions(&self) -> u64 {
         self.preemption_decisions
+    }
+
+    /// Preemptions that moved small checkpointing work to give a gang whole nodes.
+    pub fn defragmentations(&self) -> u64 {
+        self.defragmentations
     }
 
     /// Reservations created (not renewed).
@@ -488,6 +494,7 @@ impl Engine {
         let now = self.now();
         self.refresh_all();
         st.count_reserved_idle(now, self.fleet());
+        report_periodic_checkpoints(&mut st.input.running, now);
 
         // Free capacity bounds what could start.
         let largest_free = self.fleet().free_per_member().max().unwrap_or(0);
@@ -647,6 +654,7 @@ impl Engine {
             st.captured = Some((st.input.clone(), out.clone()));
         }
         st.stats.cycles += 1;
+        st.stats.defragmentations += out.stats.defragmentations;
 
         self.put_views(std::mem::take(&mut st.input.clusters));
         for ((mut p, learned), j) in std::mem::take(&mut st.input.pending)
@@ -943,5 +951,88 @@ impl SchedState {
         };
         self.aggregates
             .fill(&mut self.input.running, active, now, names);
+    }
+}
+
+/// Running work that checkpoints every `interval` seconds reports its last periodic
+/// checkpoint, as a member reports what its workloads saved: the core measures the work a
+/// victim would lose from it, and the simulator's own loss accounting counts from the same
+/// instant (the last multiple of the interval into the attempt, or a later notice's).
+fn report_periodic_checkpoints(running: &mut [RunningWorkload], now: Secs) {
+    let now_utc = to_utc(now);
+    for r in running {
+        let (Some(started), Some(every)) = (
+            r.started_at,
+            r.workload
+                .spec
+                .checkpoint
+                .as_ref()
+                .map(|c| c.interval_seconds),
+        ) else {
+            continue;
+        };
+        let ran = u64::try_from((now_utc - started).num_seconds()).unwrap_or(0);
+        let Some(done) = ran.checked_div(every).map(|n| n * every).filter(|d| *d > 0) else {
+            continue;
+        };
+        let at = started + chrono::Duration::seconds(i64::try_from(done).unwrap_or(i64::MAX));
+        if r.last_checkpoint_at.is_none_or(|t| t < at) {
+            r.last_checkpoint_at = Some(at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_api::{Checkpoint, PodSet, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+
+    fn running(every: Option<u64>, started: Option<Secs>) -> RunningWorkload {
+        let mut spec = WorkloadSpec::new(
+            "q",
+            WorkloadClass::Training,
+            vec![PodSet::new("w", 1, 1, "H100")],
+        );
+        spec.checkpoint = every.map(|interval_seconds| Checkpoint {
+            interval_seconds,
+            last_checkpoint_at: None,
+        });
+        RunningWorkload {
+            workload: Workload::new("j", spec),
+            cluster: "c".into(),
+            pool: "p".into(),
+            placements: Vec::new(),
+            started_at: started.map(to_utc),
+            admitted_at: to_utc(0),
+            last_checkpoint_at: None,
+            preemptible_after: None,
+            accounted_in_digest: true,
+            preempting_for: None,
+        }
+    }
+
+    /// The last multiple of the interval into the attempt is reported, a later notice's
+    /// checkpoint is kept, and work that does not checkpoint or has not started reports none.
+    #[test]
+    fn running_work_reports_its_last_periodic_checkpoint() {
+        let mut rs = vec![
+            running(Some(1800), Some(1000)),
+            running(Some(1800), Some(1000)),
+            running(None, Some(1000)),
+            running(Some(1800), None),
+            running(Some(1800), Some(4000)),
+            running(Some(1800), Some(1000)),
+        ];
+        rs[1].last_checkpoint_at = Some(to_utc(4650));
+        rs[5].last_checkpoint_at = Some(to_utc(4500));
+        report_periodic_checkpoints(&mut rs, 1000 + 2 * 1800 + 100);
+        assert_eq!(rs[0].last_checkpoint_at, Some(to_utc(1000 + 2 * 1800)));
+        assert_eq!(rs[1].last_checkpoint_at, Some(to_utc(4650)));
+        assert_eq!(rs[5].last_checkpoint_at, Some(to_utc(4600)));
+        assert_eq!(rs[2].last_checkpoint_at, None);
+        assert_eq!(rs[3].last_checkpoint_at, None);
+        // Started 700 s ago: no checkpoint yet.
+        assert_eq!(rs[4].last_checkpoint_at, None);
     }
 }

@@ -2,6 +2,7 @@
 //! leader, the simulator and policy dry-run can see is what these tests can see.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches may panic on a broken setup
 
+mod defragment;
 mod gang_reclaim;
 mod properties;
 mod reclaim;

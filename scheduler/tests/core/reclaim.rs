@@ -552,3 +552,43 @@ fn a_preemptor_takes_its_room_beside_another_preemptor_still_waiting() {
         out.decisions
     );
 }
+
+/// Room held for a borrowing workload never keeps out what the other side is owed: a
+/// training gang beyond its side's guarantee holds the one free node (its victims have
+/// left), and a replica within the inference side's guarantee takes that node at once,
+/// without evicting anyone for it. The gang waits.
+#[test]
+fn room_held_for_borrowing_training_does_not_keep_out_owed_inference() {
+    let mut f = fleet();
+    f.settings.preemption = true;
+    f.overrides = vec![
+        side(FleetSide::Training, 8, "day", 120),
+        side(FleetSide::Inference, 24, "day", 120),
+    ];
+    for i in 0..3 {
+        let w = with_checkpoint(workload(&format!("t{i}"), "train", "normal", "H100", 1, 8));
+        f.start_on(w, "c1", Some(f.now));
+    }
+    f.submit(with_checkpoint(workload(
+        "t-gang", "train", "normal", "H100", 1, 8,
+    )));
+    f.preemptors.push(tideway_scheduler::Reservation {
+        uid: "t-gang".into(),
+        cluster: "c1".into(),
+        expected_start: f.now,
+        created_at: f.now - chrono::Duration::seconds(120),
+    });
+    f.submit(inference("serve-a", 1));
+    let out = f.cycle();
+    assert!(
+        matches!(Fleet::decision(&out, "serve-a"), Decision::Assign { .. }),
+        "{:?}",
+        out.decisions
+    );
+    assert!(
+        !matches!(Fleet::decision(&out, "t-gang"), Decision::Assign { .. }),
+        "{:?}",
+        out.decisions
+    );
+    assert!(preempts(&out).is_empty(), "{:?}", out.decisions);
+}

@@ -259,6 +259,7 @@ impl Accounting {
                 scheduler_cycles: s.sched.cycles(),
                 scheduler_wall_seconds: s.sched.wall_seconds(),
                 preemption_decisions: s.sched.preemption_decisions(),
+                defragmentations: s.sched.defragmentations(),
                 reservations: s.sched.reservations(),
             },
             traces: s.traces,
