@@ -259,18 +259,11 @@ impl Cycle<'_> {
         }
         let side_of =
             |i: u32| FleetSide::of_class(self.input.pending[i as usize].workload.spec.class);
-        let side = side_of(holder);
-        if side == side_of(idx) {
+        if side_of(holder) == side_of(idx) {
             return false;
         }
         // The holder already counts for its side (`load_preemptor_holds`).
-        let flavors = &self.shapes[self.shape_of[holder as usize] as usize];
-        let mut mine = self
-            .sides
-            .entries
-            .iter()
-            .filter(|e| e.side == side && flavors.flavors().any(|f| f == e.flavor))
-            .peekable();
+        let mut mine = self.own_side_entries(holder).peekable();
         let borrows = mine.peek().is_some() && !mine.any(|e| e.used <= e.guarantee_at(self.now));
         borrows && !*owed.get_or_insert_with(|| self.side_borrows(idx))
     }
@@ -412,6 +405,16 @@ impl Cycle<'_> {
         Some(first)
     }
 
+    /// The side entries of pending `idx`'s fleet side for the flavors it asks for.
+    fn own_side_entries(&self, idx: u32) -> impl Iterator<Item = &SideEntry> + '_ {
+        let side = FleetSide::of_class(self.input.pending[idx as usize].workload.spec.class);
+        let shape = &self.shapes[self.shape_of[idx as usize] as usize];
+        self.sides
+            .entries
+            .iter()
+            .filter(move |e| e.side == side && shape.flavors().any(|f| f == e.flavor))
+    }
+
     /// Whether pending `idx` would run beyond its fleet side's guarantee in every region
     /// where the side has one for its flavors (false without side quotas, or where its side
     /// has none): such work is ordered after work of the same priority that its side is
@@ -420,15 +423,8 @@ impl Cycle<'_> {
         if self.sides.entries.is_empty() {
             return false;
         }
-        let w = &self.input.pending[idx as usize].workload;
-        let side = FleetSide::of_class(w.spec.class);
         let shape = &self.shapes[self.shape_of[idx as usize] as usize];
-        let mut mine = self
-            .sides
-            .entries
-            .iter()
-            .filter(|e| e.side == side && shape.flavors().any(|f| f == e.flavor))
-            .peekable();
+        let mut mine = self.own_side_entries(idx).peekable();
         if mine.peek().is_none() {
             return false;
         }
