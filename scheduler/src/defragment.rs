@@ -105,18 +105,9 @@ impl Cycle<'_> {
         gang: u64,
         owed: [bool; 2],
     ) -> Option<(Plan, u64)> {
-        let effective = self.ranks[idx as usize].effective;
-        let runtime = self.pending_estimate(idx);
         let max_lost = self.tuning.defragment_max_work_lost_seconds;
         let mut best: Option<(Plan, u64)> = None;
-        for pos in 0..self.shapes[s].candidates.len() {
-            let ci = self.shapes[s].candidates[pos];
-            if self
-                .blocking_hold(ci, idx, s, effective, runtime, None)
-                .is_some()
-            {
-                continue;
-            }
+        for ci in self.unheld_candidates(idx, s) {
             // Fragmentation, not shortage: the free GPUs of the gang's flavors would hold it.
             let free: u64 = self.clusters[ci]
                 .pools

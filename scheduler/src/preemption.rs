@@ -94,22 +94,12 @@ impl Cycle<'_> {
         self.attempts += 1;
         self.stats.preemption_attempts += 1;
 
-        let effective = self.ranks[idx as usize].effective;
-        let runtime = self.pending_estimate(idx);
         // Not part of the `preempt_failed` key: in FIFO order a later workload of the same
         // queue and class has waited no longer, so its bound is no looser; under another
         // order one skipped here tries again next cycle.
         let max_lost = self.reclaim_max_lost(idx);
         let mut best: Option<(Plan, u64)> = None;
-        for pos in 0..self.shapes[s].candidates.len() {
-            let ci = self.shapes[s].candidates[pos];
-            // Capacity held for another workload is not ours to preempt for.
-            if self
-                .blocking_hold(ci, idx, s, effective, runtime, None)
-                .is_some()
-            {
-                continue;
-            }
+        for ci in self.unheld_candidates(idx, s) {
             let Some(plan) = self.plan_in(ci, s, q, base, reclaim, max_lost) else {
                 continue;
             };
@@ -134,6 +124,24 @@ impl Cycle<'_> {
         }
         self.commit(idx, q, plan);
         true
+    }
+
+    /// The candidate clusters of pending `idx` (shape `s`) where no hold keeps it from
+    /// planning a preemption: capacity held for another workload is not ours to preempt for.
+    pub(super) fn unheld_candidates(&mut self, idx: u32, s: usize) -> Vec<usize> {
+        let effective = self.ranks[idx as usize].effective;
+        let runtime = self.pending_estimate(idx);
+        let mut out = Vec::with_capacity(self.shapes[s].candidates.len());
+        for pos in 0..self.shapes[s].candidates.len() {
+            let ci = self.shapes[s].candidates[pos];
+            if self
+                .blocking_hold(ci, idx, s, effective, runtime, None)
+                .is_none()
+            {
+                out.push(ci);
+            }
+        }
+        out
     }
 
     /// The most work (seconds since start or last checkpoint) an equal-priority borrower

@@ -620,17 +620,8 @@ impl Cycle<'_> {
         }
         let base = class.value;
         let s = self.shape_of[idx as usize] as usize;
-        let effective = self.ranks[idx as usize].effective;
-        let runtime = self.pending_estimate(idx);
         let mut best: Option<(Plan, u64)> = None;
-        for pos in 0..self.shapes[s].candidates.len() {
-            let ci = self.shapes[s].candidates[pos];
-            if self
-                .blocking_hold(ci, idx, s, effective, runtime, None)
-                .is_some()
-            {
-                continue;
-            }
+        for ci in self.unheld_candidates(idx, s) {
             let order = self.reclaim_order(ci, s, ReclaimOrder::LeastWorkLost, |ri| {
                 let r = &self.running[ri as usize];
                 r.queue == Some(q)
