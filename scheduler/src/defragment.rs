@@ -238,27 +238,16 @@ impl Cycle<'_> {
         for &h in holds {
             if self.holds[h].returning.is_empty() {
                 let holder = self.shape_of[self.holds[h].holder as usize] as usize;
-                if let Some(fit) = fit_in_pools(&pools, &self.shapes[holder], &self.book.flavors) {
-                    for (n, (pi, choice)) in fit.choices.iter().enumerate() {
-                        let need = &self.shapes[holder].needs[n].1;
-                        if pools[*pi].take(need, *choice).is_none() {
-                            return false;
-                        }
-                    }
+                if let Some(fit) = fit_in_pools(&pools, &self.shapes[holder], &self.book.flavors)
+                    && !self.take_placed(&mut pools, holder, &fit)
+                {
+                    return false;
                 }
             }
         }
         self.return_into(&mut pools, victims);
-        let Some(fit) = fit_in_pools(&pools, &self.shapes[s], &self.book.flavors) else {
+        if !self.take_fit(&mut pools, s) {
             return false;
-        };
-        for (n, (pi, choice)) in fit.choices.iter().enumerate() {
-            if pools[*pi]
-                .take(&self.shapes[s].needs[n].1, *choice)
-                .is_none()
-            {
-                return false;
-            }
         }
         let mut order: Vec<(u64, u32)> = victims
             .iter()

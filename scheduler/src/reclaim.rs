@@ -299,7 +299,7 @@ impl Cycle<'_> {
     }
 
     /// Takes a fit of shape `s` out of `pools`; false when it does not fit.
-    fn take_fit(&self, pools: &mut [PoolState], s: usize) -> bool {
+    pub(super) fn take_fit(&self, pools: &mut [PoolState], s: usize) -> bool {
         let shape = &self.shapes[s];
         let Some(fit) = fit_in_pools(pools, shape, &self.book.flavors) else {
             return false;
@@ -308,7 +308,7 @@ impl Cycle<'_> {
     }
 
     /// Takes shape `s`, placed as `fit` says, out of `pools`; false when it does not fit.
-    fn take_placed(&self, pools: &mut [PoolState], s: usize, fit: &ClusterFit) -> bool {
+    pub(super) fn take_placed(&self, pools: &mut [PoolState], s: usize, fit: &ClusterFit) -> bool {
         for (n, (pi, choice)) in fit.choices.iter().enumerate() {
             let need = &self.shapes[s].needs[n].1;
             if pools
