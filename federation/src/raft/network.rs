@@ -186,7 +186,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let req = (vote, snapshot.meta, snapshot.snapshot.into_inner());
+        let body = snapshot.snapshot;
+        let data = tokio::task::spawn_blocking(move || body.into_bytes())
+            .await
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        let req = (vote, snapshot.meta, data);
         tokio::pin!(cancel);
         tokio::select! {
             closed = &mut cancel => Err(StreamingError::Closed(closed)),

@@ -11,7 +11,7 @@ use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
-use super::snapshot_file::{FORMAT_V1, SnapshotDir, StoredSnapshot};
+use super::snapshot_file::{Body, SnapshotDir};
 use super::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::state::FederationState;
 use crate::state::command::Response;
@@ -71,7 +71,7 @@ impl StateMachineStore {
         };
         if let Some(snap) = store.dir.load()? {
             store.restore(&snap.data)?;
-            store.note_size(snap.data.len());
+            store.note_size(snap.data.len() as u64);
         }
         Ok(store)
     }
@@ -81,9 +81,9 @@ impl StateMachineStore {
         self.snapshot_bytes.clone()
     }
 
-    fn note_size(&self, bytes: usize) {
+    fn note_size(&self, bytes: u64) {
         self.snapshot_bytes
-            .store(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A shared handle for readers (the API layer).
@@ -114,39 +114,42 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = SnapshotData;
 
     /// Copies the state under the read lock (O(1) for what grows with the workloads, see
-    /// [`crate::state::workloads`]) and encodes and writes the copy on a blocking thread:
-    /// apply goes on meanwhile. Encoding under the lock used to hold apply off for the whole
-    /// encoding, 0.8 s at 100,000 workloads, and with it a runtime worker.
+    /// [`crate::state::workloads`]) and encodes the copy straight into the snapshot file on a
+    /// blocking thread: apply goes on meanwhile, and no buffer the size of the state is ever
+    /// held (see [`super::snapshot_file`]). Encoding under the lock used to hold apply off for
+    /// the whole encoding, 0.8 s at 100,000 workloads, and with it a runtime worker.
+    ///
+    /// openraft takes only the meta of what this returns (`sm::worker`, 0.10.0-alpha.37): the
+    /// body stays in the file, opened, until a follower needs it.
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let (last_applied, membership, state) = {
             let d = self.data.read().map_err(io_err)?;
             (d.last_applied, d.membership.clone(), d.state.clone())
         };
         let dir = self.dir.clone();
-        let stored = tokio::task::spawn_blocking(move || {
-            let body = SnapshotFormatRef::V1(SnapshotBodyRef {
-                last_applied: &last_applied,
-                membership: &membership,
-                state: &state,
-            });
-            let bytes = rmp_serde::to_vec_named(&body).map_err(io_err)?;
-            let stored = StoredSnapshot {
-                format: FORMAT_V1,
-                meta: SnapshotMeta {
-                    last_log_id: last_applied,
-                    last_membership: membership,
-                },
-                data: bytes,
-            };
-            dir.save(&stored).map(|_| stored)
-        })
-        .await
-        .map_err(io_err)??;
-        self.note_size(stored.data.len());
-        let meta = stored.meta.clone();
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership.clone(),
+        };
+        let written = {
+            let meta = meta.clone();
+            tokio::task::spawn_blocking(move || {
+                let body = SnapshotFormatRef::V1(SnapshotBodyRef {
+                    last_applied: &last_applied,
+                    membership: &membership,
+                    state: &state,
+                });
+                dir.save_with(&meta, |w| {
+                    rmp_serde::encode::write_named(w, &body).map_err(io_err)
+                })
+            })
+            .await
+            .map_err(io_err)??
+        };
+        self.note_size(written.len());
         Ok(Snapshot {
             meta,
-            snapshot: std::io::Cursor::new(stored.data),
+            snapshot: Body::File(written),
         })
     }
 }
@@ -208,16 +211,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        let bytes = snapshot.into_inner();
+        let bytes = tokio::task::spawn_blocking(move || snapshot.into_bytes())
+            .await
+            .map_err(io_err)??;
         self.restore(&bytes)?;
-        self.note_size(bytes.len());
-        let stored = StoredSnapshot {
-            format: FORMAT_V1,
-            meta: meta.clone(),
-            data: bytes,
-        };
+        self.note_size(bytes.len() as u64);
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || dir.save(&stored))
+        let meta = meta.clone();
+        tokio::task::spawn_blocking(move || dir.save(&meta, &bytes))
             .await
             .map_err(io_err)??;
         Ok(())
@@ -225,12 +226,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let dir = self.dir.clone();
-        let snap = tokio::task::spawn_blocking(move || dir.load())
+        // Only the header is read: openraft asks for the current snapshot at every start, and
+        // needs its data only to send it to a follower.
+        let snap = tokio::task::spawn_blocking(move || dir.latest())
             .await
             .map_err(io_err)??;
-        Ok(snap.map(|s| Snapshot {
-            meta: s.meta,
-            snapshot: std::io::Cursor::new(s.data),
+        Ok(snap.map(|(meta, body)| Snapshot {
+            meta,
+            snapshot: body,
         }))
     }
 }

@@ -51,7 +51,7 @@ async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Response {
     };
     let snap = Snapshot {
         meta,
-        snapshot: std::io::Cursor::new(data),
+        snapshot: super::snapshot_file::Body::Bytes(data),
     };
     let res: Result<_, RaftError<TypeConfig>> = raft
         .install_full_snapshot(vote, snap)

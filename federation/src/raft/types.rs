@@ -3,8 +3,6 @@
 //! Every durable decision of Tideway is an entry of this one Raft group, so the application
 //! data is the state machine's [`Request`] and its answer is a [`Response`].
 
-use std::io::Cursor;
-
 use crate::state::command::{Request, Response};
 
 openraft::declare_raft_types!(
@@ -16,9 +14,11 @@ openraft::declare_raft_types!(
         Node = super::node_info::NodeInfo,
 );
 
-/// Snapshot bytes travel whole: the federation state is a few tens of MB at most, so
-/// chunking buys nothing and whole transfers are simpler to make atomic.
-pub type SnapshotData = Cursor<Vec<u8>>;
+/// A snapshot's state part: in memory, or in the snapshot file until it is sent. It travels
+/// whole (chunking buys nothing at a few hundred MB, and whole transfers are simpler to make
+/// atomic), but it is read from disk only when a follower needs it: building a snapshot and
+/// a node's start need only its meta.
+pub type SnapshotData = super::snapshot_file::Body;
 
 pub type NodeId = u64;
 pub type Raft = openraft::Raft<TypeConfig, super::state_machine::StateMachineStore>;
