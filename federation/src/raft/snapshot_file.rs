@@ -177,7 +177,7 @@ impl SnapshotDir {
         };
         fs::rename(&tmp, self.path())?;
         fs::File::open(&self.dir)?.sync_all()?;
-        let offset = MAGIC.len() as u64 + 4 + u64::from(header_len);
+        let offset = body_offset(header_len);
         Ok(SnapshotBody {
             file,
             offset,
@@ -192,54 +192,38 @@ impl SnapshotDir {
 
     /// The latest complete snapshot, read whole, if any.
     pub fn load(&self) -> io::Result<Option<LoadedSnapshot>> {
-        let Some((meta, body)) = self.open_latest()? else {
+        let Some((meta, body)) = self.latest()? else {
             return Ok(None);
         };
-        match body {
-            Opened::V2(body) => Ok(Some(LoadedSnapshot {
-                meta,
-                data: body.read_all()?,
-            })),
-            Opened::V1(data) => Ok(Some(LoadedSnapshot { meta, data })),
-        }
+        Ok(Some(LoadedSnapshot {
+            meta,
+            data: body.into_bytes()?,
+        }))
     }
 
     /// The meta of the latest snapshot and its body, read only as far as the header (a
     /// format-1 file is read whole: it has no header to stop at).
     pub fn latest(&self) -> io::Result<Option<(SnapshotMeta, Body)>> {
-        Ok(self.open_latest()?.map(|(meta, body)| {
-            (
-                meta,
-                match body {
-                    Opened::V2(b) => Body::File(b),
-                    Opened::V1(d) => Body::Bytes(d),
-                },
-            )
-        }))
-    }
-
-    fn open_latest(&self) -> io::Result<Option<(SnapshotMeta, Opened)>> {
         let mut f = match fs::File::open(self.path()) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
         let size = f.metadata()?.len();
-        let mut magic = [0u8; 8];
-        let n = read_up_to(&mut f, &mut magic)?;
-        if n < magic.len() || &magic != MAGIC {
+        let mut start = Vec::with_capacity(MAGIC.len());
+        (&mut f).take(MAGIC.len() as u64).read_to_end(&mut start)?;
+        if start != MAGIC {
             // Format 1: one MessagePack map, read whole.
-            let mut bytes = magic[..n].to_vec();
-            f.read_to_end(&mut bytes)?;
+            f.read_to_end(&mut start)?;
             let snap: StoredSnapshotV1 =
-                rmp_serde::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+                rmp_serde::from_slice(&start).map_err(|e| invalid(e.to_string()))?;
             if snap.format != FORMAT_V1 {
                 return Err(invalid(format!(
                     "unsupported snapshot format {}",
                     snap.format
                 )));
             }
-            return Ok(Some((snap.meta, Opened::V1(snap.data))));
+            return Ok(Some((snap.meta, Body::Bytes(snap.data))));
         }
         let mut len = [0u8; 4];
         f.read_exact(&mut len)?;
@@ -256,13 +240,13 @@ impl SnapshotDir {
                 header.format
             )));
         }
-        let offset = MAGIC.len() as u64 + 4 + u64::from(header_len);
+        let offset = body_offset(header_len);
         let len = size
             .checked_sub(offset)
             .ok_or_else(|| invalid("snapshot file shorter than its header"))?;
         Ok(Some((
             header.meta,
-            Opened::V2(SnapshotBody {
+            Body::File(SnapshotBody {
                 file: f,
                 offset,
                 len,
@@ -271,9 +255,9 @@ impl SnapshotDir {
     }
 }
 
-enum Opened {
-    V1(Vec<u8>),
-    V2(SnapshotBody),
+/// Where a format-2 file's body starts, after the magic, the length and the header.
+fn body_offset(header_len: u32) -> u64 {
+    MAGIC.len() as u64 + 4 + u64::from(header_len)
 }
 
 /// A snapshot's state part, where it is.
@@ -304,20 +288,6 @@ impl Body {
             Self::File(f) => f.read_all(),
         }
     }
-}
-
-/// Reads into `buf` until it is full or the file ends; the count read.
-fn read_up_to(f: &mut fs::File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 #[cfg(test)]
