@@ -443,6 +443,14 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         "  node {follower} restarted and caught up in {:.2} s",
         t.elapsed().as_secs_f64()
     );
+    // Where that time went, as the node itself logged it on the way up (the rest is the
+    // process start, the log replay and finding the leader).
+    let log = std::fs::read_to_string(c.log_path(follower)).unwrap_or_default();
+    for what in ["raft log opened", "state loaded from the latest snapshot"] {
+        if let Some(line) = log.lines().rev().find(|l| l.contains(what)) {
+            println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
+        }
+    }
     if let Some((stop, agents)) = members {
         let _ = stop.send(true);
         for a in agents {

@@ -159,6 +159,11 @@ impl Launcher {
         }
     }
 
+    /// Node `id`'s log file (both runs of a restarted node, one after the other).
+    pub fn log_path(&self, id: u64) -> std::path::PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
     /// Starts a killed node again on its address and data (it rejoins as the member it was).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let s = self.servers.get(&id).context("no such node")?;

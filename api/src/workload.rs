@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -525,8 +526,15 @@ pub struct WorkloadStatus {
     /// Where the workload is in its life.
     pub phase: WorkloadPhase,
     /// Why it is not running, in a form a dashboard can render and a script can match on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending_reason: Option<PendingReason>,
+    /// Shared: the workloads of one shape blocked by the same thing hold one reason (a
+    /// pending workload's largest part otherwise; see [`PendingReason::shared`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "shared_reason"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<PendingReason>))]
+    pub pending_reason: Option<Arc<PendingReason>>,
     /// The latest change, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -584,7 +592,7 @@ pub struct NodeGpus {
 
 /// Why a workload is waiting, with the numbers that explain it. Tagged by `type` so clients
 /// can switch on it; the variant names are stable API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum PendingReason {
@@ -681,7 +689,41 @@ pub fn retry_backoff(uid: &str, attempts: u32) -> chrono::TimeDelta {
     chrono::TimeDelta::milliseconds(base * 1000 + jitter_ms)
 }
 
+/// Distinct reasons [`PendingReason::shared`] remembers per thread before it starts over.
+/// A backlog has few distinct reasons (one per shape and blocker), so this bounds only the
+/// memory a pathological mix could pin.
+const SHARED_REASONS_MAX: usize = 4096;
+
+thread_local! {
+    static SHARED_REASONS: std::cell::RefCell<std::collections::HashMap<PendingReason, Arc<PendingReason>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 impl PendingReason {
+    /// The reason behind an `Arc` that equal reasons decoded or applied on this thread share.
+    /// A backlog of a million workloads has a handful of distinct reasons, and a reason with
+    /// its per-cluster map is larger than the rest of a pending workload's status: one copy
+    /// each would be half a gigabyte.
+    pub fn shared(self) -> Arc<PendingReason> {
+        if matches!(self, Self::Queued) {
+            static QUEUED: std::sync::LazyLock<Arc<PendingReason>> =
+                std::sync::LazyLock::new(|| Arc::new(PendingReason::Queued));
+            return Arc::clone(&QUEUED);
+        }
+        SHARED_REASONS.with(|cell| {
+            let mut map = cell.borrow_mut();
+            if let Some(found) = map.get(&self) {
+                return Arc::clone(found);
+            }
+            if map.len() >= SHARED_REASONS_MAX {
+                map.clear();
+            }
+            let arc = Arc::new(self.clone());
+            map.insert(self, Arc::clone(&arc));
+            arc
+        })
+    }
+
     /// The `type` tag, for metrics labels and log fields.
     pub fn code(&self) -> &'static str {
         match self {
@@ -938,6 +980,30 @@ impl CheckAt for PodSet {
 
 impl_validate!(Workload);
 
+/// Serde for [`WorkloadStatus::pending_reason`]: the wire form is the reason itself; decoding
+/// shares equal reasons ([`PendingReason::shared`]), so a snapshot or log entry of many
+/// workloads loads into one copy per distinct reason.
+mod shared_reason {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::PendingReason;
+
+    pub fn serialize<S: Serializer>(
+        reason: &Option<Arc<PendingReason>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        reason.as_deref().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Arc<PendingReason>>, D::Error> {
+        Ok(Option::<PendingReason>::deserialize(d)?.map(PendingReason::shared))
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -1044,11 +1110,11 @@ mod tests {
         }));
         w.status = Some(WorkloadStatus {
             phase: WorkloadPhase::Pending,
-            pending_reason: Some(PendingReason::InsufficientCapacity {
+            pending_reason: Some(Arc::new(PendingReason::InsufficientCapacity {
                 flavor: "H100".into(),
                 needed: 16,
                 largest_fit_per_cluster: [("a".to_owned(), 8), ("b".to_owned(), 0)].into(),
-            }),
+            })),
             message: Some("waiting".into()),
             cluster: None,
             attempts: 2,
@@ -1118,6 +1184,49 @@ mod tests {
         );
         let mp = rmp_serde::to_vec_named(&w).unwrap();
         assert_eq!(rmp_serde::from_slice::<Workload>(&mp).unwrap(), w);
+    }
+
+    #[test]
+    fn decoded_statuses_share_equal_reasons_and_keep_their_wire_form() {
+        // One status per pending workload of a backlog: a million copies of the same map of
+        // clusters were half of a pending workload's memory.
+        let reason = PendingReason::InsufficientCapacity {
+            flavor: "H100".into(),
+            needed: 64,
+            largest_fit_per_cluster: [("a".to_owned(), 32), ("b".to_owned(), 8)].into(),
+        };
+        let status = WorkloadStatus {
+            phase: WorkloadPhase::Pending,
+            pending_reason: Some(reason.clone().shared()),
+            ..WorkloadStatus::default()
+        };
+        let json = serde_json::to_string(&status).unwrap();
+        assert!(
+            json.contains(r#""pendingReason":{"type":"InsufficientCapacity","flavor":"H100""#),
+            "{json}"
+        );
+        let mp = rmp_serde::to_vec_named(&status).unwrap();
+        let a: WorkloadStatus = rmp_serde::from_slice(&mp).unwrap();
+        let b: WorkloadStatus = serde_json::from_str(&json).unwrap();
+        assert_eq!(a, status);
+        assert_eq!(a.pending_reason.as_deref(), Some(&reason));
+        let (ra, rb) = (a.pending_reason.unwrap(), b.pending_reason.unwrap());
+        assert!(Arc::ptr_eq(&ra, &rb), "equal reasons decode to one copy");
+        let other = PendingReason::InsufficientCapacity {
+            flavor: "H100".into(),
+            needed: 64,
+            largest_fit_per_cluster: [("a".to_owned(), 32)].into(),
+        };
+        assert!(
+            !Arc::ptr_eq(&ra, &other.shared()),
+            "different reasons stay apart"
+        );
+        assert!(Arc::ptr_eq(
+            &PendingReason::Queued.shared(),
+            &PendingReason::Queued.shared()
+        ));
+        let none: WorkloadStatus = serde_json::from_str(r#"{"phase":"Running"}"#).unwrap();
+        assert_eq!(none.pending_reason, None);
     }
 
     #[test]

@@ -111,7 +111,7 @@ fn spread_reasons(
                 break;
             }
             last = Some(at);
-            if w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) != Some(&reason) {
+            if w.status.as_ref().and_then(|s| s.pending_reason.as_deref()) != Some(&reason) {
                 d.reasons.push((w.metadata.name.clone(), reason.clone()));
             }
         }
@@ -409,7 +409,7 @@ pub fn decisions_with<'w>(
         let Some(w) = workload(dec.uid()) else {
             continue;
         };
-        let current = w.status.as_ref().and_then(|s| s.pending_reason.as_ref());
+        let current = w.status.as_ref().and_then(|s| s.pending_reason.as_deref());
         let changed = match dec {
             Decision::Pending { reason, .. } | Decision::Reserve { reason, .. } => {
                 current != Some(reason)

@@ -117,7 +117,7 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         phase: status.phase,
         cluster: status.cluster.clone().map(Into::into),
         message: status.message.clone(),
-        pending_reason: status.pending_reason.clone(),
+        pending_reason: status.pending_reason.as_deref().cloned(),
         decision,
         explanation,
         summary,

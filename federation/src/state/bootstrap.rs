@@ -57,7 +57,7 @@ pub fn default_priority_classes() -> Vec<PriorityClass> {
 pub fn submitted_status(at: DateTime<Utc>) -> WorkloadStatus {
     WorkloadStatus {
         phase: WorkloadPhase::Pending,
-        pending_reason: Some(PendingReason::Queued),
+        pending_reason: Some(PendingReason::Queued.shared()),
         message: None,
         cluster: None,
         attempts: 0,

@@ -517,7 +517,7 @@ impl FederationState {
                 ));
             } else {
                 st.phase = WorkloadPhase::Pending;
-                st.pending_reason = Some(PendingReason::Queued);
+                st.pending_reason = Some(PendingReason::Queued.shared());
                 st.message = Some(format!(
                     "member {cluster} lost during attempt {attempt}: moving, from the last checkpoint"
                 ));
@@ -680,7 +680,7 @@ impl FederationState {
             let status = w.status.get_or_insert_with(Default::default);
             let requeue = |status: &mut tideway_api::WorkloadStatus, why: String| {
                 status.phase = WorkloadPhase::Pending;
-                status.pending_reason = Some(PendingReason::Queued);
+                status.pending_reason = Some(PendingReason::Queued.shared());
                 status.cluster = None;
                 status.started_at = None;
                 status.last_checkpoint_at = None;

@@ -245,9 +245,9 @@ impl FederationState {
             if let Some(w) = self.workloads.get_mut(&name)
                 && let Some(st) = w.status.as_mut()
                 && st.phase == WorkloadPhase::Pending
-                && st.pending_reason.as_ref() != Some(&reason)
+                && st.pending_reason.as_deref() != Some(&reason)
             {
-                st.pending_reason = Some(reason);
+                st.pending_reason = Some(reason.shared());
                 changed += 1;
             }
         }
