@@ -526,8 +526,8 @@ pub struct WorkloadStatus {
     /// Where the workload is in its life.
     pub phase: WorkloadPhase,
     /// Why it is not running, in a form a dashboard can render and a script can match on.
-    /// Shared: the workloads of one shape blocked by the same thing hold one reason (a
-    /// pending workload's largest part otherwise; see [`PendingReason::shared`]).
+    // Shared: the workloads of one shape blocked by the same thing hold one reason (a
+    // pending workload's largest part otherwise; see `PendingReason::shared`).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
