@@ -71,7 +71,7 @@ impl Launcher {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join(format!("node-{id}.log")))?;
+            .open(self.log_path(id))?;
         let mut cmd = Command::new(&bin);
         cmd.arg("server")
             .args(["--id", &id.to_string()])

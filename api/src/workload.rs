@@ -695,8 +695,8 @@ pub fn retry_backoff(uid: &str, attempts: u32) -> chrono::TimeDelta {
 const SHARED_REASONS_MAX: usize = 4096;
 
 thread_local! {
-    static SHARED_REASONS: std::cell::RefCell<std::collections::HashMap<PendingReason, Arc<PendingReason>>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
+    static SHARED_REASONS: std::cell::RefCell<std::collections::HashSet<Arc<PendingReason>>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
 }
 
 impl PendingReason {
@@ -711,15 +711,15 @@ impl PendingReason {
             return Arc::clone(&QUEUED);
         }
         SHARED_REASONS.with(|cell| {
-            let mut map = cell.borrow_mut();
-            if let Some(found) = map.get(&self) {
+            let mut set = cell.borrow_mut();
+            if let Some(found) = set.get(&self) {
                 return Arc::clone(found);
             }
-            if map.len() >= SHARED_REASONS_MAX {
-                map.clear();
+            if set.len() >= SHARED_REASONS_MAX {
+                set.clear();
             }
-            let arc = Arc::new(self.clone());
-            map.insert(self, Arc::clone(&arc));
+            let arc = Arc::new(self);
+            set.insert(Arc::clone(&arc));
             arc
         })
     }

@@ -4,9 +4,11 @@
 //! (the HTTP API), `dispatcher` (the leader loops: liveness and scheduling cycles), `propose`
 //! (batching commands and forwarding every leader-only request), `raft` (log store, state
 //! machine, snapshots, transport) and `state` (the replicated data and its pure apply).
-//! `metrics` is the registry the layers record into; the server renders it.
+//! `metrics` is the registry the layers record into; the server renders it. `hex` is the
+//! lowercase hex the stored digests use.
 
 pub mod dispatcher;
+pub mod hex;
 pub mod metrics;
 pub mod node;
 pub mod propose;

@@ -214,8 +214,7 @@ pub fn read_secret(r: &SecretRef) -> Result<Vec<u8>, String> {
 pub fn signature(secret: &[u8], body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
     let tag = hmac::sign(&key, body);
-    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256={hex}")
+    format!("sha256={}", crate::hex::lower(tag.as_ref()))
 }
 
 /// The payload of an audit event for webhook `name`.

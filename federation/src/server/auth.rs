@@ -38,21 +38,14 @@ pub enum AuthError {
 
 /// SHA-256 of a token, as the token file stores it.
 pub fn hash_token(token: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::lower(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref())
 }
 
 /// A new random token: 32 bytes from the OS's generator, hex, with a recognizable prefix so
 /// a leaked one is easy to find in logs and repositories.
 pub fn generate_token() -> Result<String, ring::error::Unspecified> {
     let bytes: [u8; 32] = ring::rand::generate(&ring::rand::SystemRandom::new())?.expose();
-    Ok(format!(
-        "tw_{}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    ))
+    Ok(format!("tw_{}", crate::hex::lower(&bytes)))
 }
 
 /// The known tokens, by digest.

@@ -19,16 +19,7 @@ pub fn submission_digest(w: &Workload) -> String {
     // Serializing a plain data type into a Vec does not fail; an empty digest input would
     // only make every such submission compare equal, never corrupt state.
     let bytes = serde_json::to_vec(&w).unwrap_or_default();
-    let d = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    // Every node computes this for every submission it applies, and again when it replays its
-    // log after a restart: one string, not one formatted string per byte.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(d.as_ref().len() * 2);
-    for b in d.as_ref() {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    hex
+    crate::hex::lower(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref())
 }
 
 #[cfg(test)]
