@@ -42,7 +42,9 @@ pub struct Backlog {
     cursor: Option<ChangeCursor>,
     /// Every order entry below this is in `seq_of`.
     next_seq: u64,
-    seq_of: HashMap<String, u64>,
+    /// Names shared with the state's order index, not copied: a copy per pending workload was
+    /// tens of megabytes at a million.
+    seq_of: HashMap<Arc<str>, u64>,
     /// Pending workloads.
     pub pending: BTreeMap<u64, Arc<Workload>>,
     /// Assigned or running workloads.
@@ -99,7 +101,7 @@ impl Backlog {
             *self = Self::default();
             for (seq, name) in &state.order {
                 self.seq_of.insert(name.clone(), *seq);
-                if let Some(w) = state.workloads.get(name) {
+                if let Some(w) = state.workloads.get(&**name) {
                     self.file(*seq, w);
                 }
             }

@@ -20,7 +20,7 @@ pub const MAX_LEARNED: usize = 20_000;
 pub fn learned(state: &FederationState) -> RuntimeEstimator {
     let mut done = Vec::new();
     for (seq, name) in &state.order {
-        let Some(w) = state.workloads.get(name) else {
+        let Some(w) = state.workloads.get(&**name) else {
             continue;
         };
         let Some(st) = &w.status else { continue };
@@ -89,7 +89,7 @@ mod tests {
             ..WorkloadStatus::default()
         });
         s.next_seq += 1;
-        s.order.insert(s.next_seq, name.to_owned());
+        s.order.insert(s.next_seq, name.into());
         s.workloads.insert(name.to_owned(), w);
     }
 

@@ -276,3 +276,7 @@ mod tests {
         assert!(err.to_string().contains("unknown variant `v2`"), "{err}");
     }
 }
+
+#[cfg(test)]
+#[path = "restart_cost_tests.rs"]
+mod restart_cost_tests;

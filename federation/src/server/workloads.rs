@@ -451,7 +451,7 @@ pub async fn list(
         let mut last_seq = 0;
         let mut more = false;
         for (seq, name) in d.state.order.range(start..) {
-            let Some(w) = d.state.workloads.get(name) else {
+            let Some(w) = d.state.workloads.get(&**name) else {
                 continue;
             };
             if p.queue.as_ref().is_some_and(|q| &w.spec.queue != q)

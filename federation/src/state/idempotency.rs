@@ -6,10 +6,67 @@
 //! digest from the same log without the command carrying a new field; a retry sent as YAML
 //! instead of JSON is still the same submission.
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tideway_api::Workload;
 
-/// SHA-256 of the workload's client-written content, as lowercase hex.
-pub fn submission_digest(w: &Workload) -> String {
+/// A submission's SHA-256, held as its 32 bytes and written as 64 lowercase hex digits (the
+/// form records have always had in snapshots and in the state digest, so both are the same
+/// bytes as before). Every submission leaves a record for 24 hours; as a string the digest
+/// was 64 bytes on the heap plus a 24-byte header, a tenth of a pending workload's memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SubmissionDigest([u8; 32]);
+
+impl SubmissionDigest {
+    pub fn to_hex(&self) -> String {
+        crate::hex::lower(&self.0)
+    }
+}
+
+impl std::fmt::Debug for SubmissionDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl Serialize for SubmissionDigest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for SubmissionDigest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SubmissionDigest;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a SHA-256 digest as 64 lowercase hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SubmissionDigest, E> {
+                let b = v.as_bytes();
+                if b.len() != 64 {
+                    return Err(E::invalid_length(b.len(), &self));
+                }
+                let mut out = [0u8; 32];
+                for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+                    // Lowercase only: the encoder writes nothing else, and an uppercase
+                    // digit would not give the same bytes back.
+                    let digit = |c: u8| match c {
+                        b'0'..=b'9' => Ok(c - b'0'),
+                        b'a'..=b'f' => Ok(c - b'a' + 10),
+                        _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                    };
+                    *o = digit(pair[0])? << 4 | digit(pair[1])?;
+                }
+                Ok(SubmissionDigest(out))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// SHA-256 of the workload's client-written content.
+pub fn submission_digest(w: &Workload) -> SubmissionDigest {
     let mut w = w.clone();
     w.status = None;
     w.metadata.uid = None;
@@ -19,7 +76,9 @@ pub fn submission_digest(w: &Workload) -> String {
     // Serializing a plain data type into a Vec does not fail; an empty digest input would
     // only make every such submission compare equal, never corrupt state.
     let bytes = serde_json::to_vec(&w).unwrap_or_default();
-    crate::hex::lower(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref())
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
+    SubmissionDigest(out)
 }
 
 #[cfg(test)]
@@ -48,7 +107,7 @@ mod tests {
         stamped.status = Some(Default::default());
         assert_eq!(submission_digest(&a), submission_digest(&stamped));
         assert_ne!(submission_digest(&a), submission_digest(&w(2)));
-        assert_eq!(submission_digest(&a).len(), 64);
+        assert_eq!(submission_digest(&a).to_hex().len(), 64);
         // The form records written by earlier versions hold (per-byte `{:02x}`): a retry after
         // an upgrade still matches its record.
         let bytes = serde_json::to_vec(&a).expect("encode");
@@ -57,7 +116,25 @@ mod tests {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        assert_eq!(submission_digest(&stamped), earlier);
+        assert_eq!(submission_digest(&stamped).to_hex(), earlier);
+        // Records hold the bytes and write the same string: snapshots and state digests
+        // are the bytes they were.
+        let d = submission_digest(&a);
+        let packed = rmp_serde::to_vec_named(&d).expect("encode");
+        assert_eq!(packed, rmp_serde::to_vec_named(&earlier).expect("encode"));
+        let back: SubmissionDigest = rmp_serde::from_slice(&packed).expect("decode");
+        assert_eq!(back, d);
+        for bad in [
+            "abc",
+            &earlier.to_uppercase(),
+            &format!("{}zz", &earlier[2..]),
+        ] {
+            let packed = rmp_serde::to_vec_named(bad).expect("encode");
+            assert!(
+                rmp_serde::from_slice::<SubmissionDigest>(&packed).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

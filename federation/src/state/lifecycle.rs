@@ -46,7 +46,7 @@ impl FederationState {
         let name = if self.workloads.contains_key(id) {
             Some(id.to_string())
         } else {
-            self.uids.get(id).cloned()
+            self.uids.get(id).map(|n| n.to_string())
         };
         let Some((name, w)) = name.and_then(|n| self.workloads.get(&n).map(|w| (n, w))) else {
             return Err(not_found(id));
@@ -109,12 +109,12 @@ impl FederationState {
             .values()
             .filter(|name| {
                 self.workloads
-                    .get(*name)
+                    .get(&***name)
                     .and_then(|w| finished_at(w))
                     .is_some_and(|f| f < before)
             })
             .take(limit)
-            .cloned()
+            .map(|n| n.to_string())
             .collect()
     }
 
@@ -133,7 +133,7 @@ impl FederationState {
                 continue;
             };
             if let Some(uid) = &w.metadata.uid {
-                self.uids.remove(uid);
+                self.uids.remove(uid.as_str());
                 self.assignments.remove_uid(uid);
                 self.scheduling.placements.remove(uid);
                 self.scheduling.preempting.remove(uid);
@@ -146,7 +146,7 @@ impl FederationState {
             let gone: Vec<u64> = self
                 .order
                 .iter()
-                .filter(|(_, n)| !self.workloads.contains_key(*n))
+                .filter(|(_, n)| !self.workloads.contains_key(&***n))
                 .map(|(seq, _)| *seq)
                 .collect();
             for seq in gone {
@@ -367,7 +367,10 @@ mod tests {
         assert_eq!(res, CommandResult::Updated { count: 1 });
         assert!(!s.workloads.contains_key("w"));
         assert!(!s.uids.contains_key("uid-w"));
-        assert_eq!(s.order.values().collect::<Vec<_>>(), vec!["live"]);
+        assert_eq!(
+            s.order.values().map(|n| &**n).collect::<Vec<_>>(),
+            vec!["live"]
+        );
         // The old key no longer answers with whatever now holds the name.
         assert!(s.by_idempotency_key("k1").is_none());
         let mut again = workload("w");

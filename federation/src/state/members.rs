@@ -496,7 +496,11 @@ impl FederationState {
             self.scheduling.placements.remove(uid);
             changed += 1;
             // Field by field, not `by_uid_mut`: `self.clock` is read while `w` is held.
-            let Some(w) = self.uids.get(uid).and_then(|n| self.workloads.get_mut(n)) else {
+            let Some(w) = self
+                .uids
+                .get(uid.as_str())
+                .and_then(|n| self.workloads.get_mut(n))
+            else {
                 continue;
             };
             w.metadata.resource_version = Some(index);
@@ -670,7 +674,7 @@ impl FederationState {
             }
             // Whether the agent is told to stop this attempt (its record changes).
             let mut cancel = false;
-            let Some(name) = self.uids.get(&st.uid) else {
+            let Some(name) = self.uids.get(st.uid.as_str()) else {
                 continue;
             };
             let Some(w) = self.workloads.get_mut(name) else {

@@ -22,6 +22,7 @@ pub mod webhooks;
 pub mod workloads;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -34,16 +35,17 @@ pub const IDEMPOTENCY_RETENTION_SECS: i64 = 24 * 3600;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct IdempotencyRecord {
-    pub workload: String,
+    /// The workload's name, shared with the order and UID indexes.
+    pub workload: Arc<str>,
     pub at: DateTime<Utc>,
     /// The UID of the workload the key created: once that workload is compacted and its name
     /// reused, the key must not answer with the newcomer.
     #[serde(default)]
-    pub uid: Option<String>,
+    pub uid: Option<Arc<str>>,
     /// [`idempotency::submission_digest`] of what the key submitted: the same key with other
     /// content is refused, never answered with the first workload.
     #[serde(default)]
-    pub digest: Option<String>,
+    pub digest: Option<idempotency::SubmissionDigest>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -53,13 +55,16 @@ pub struct FederationState {
     /// Submission order: sequence number to workload name; the stable order of listings.
     /// (This and the other maps that grow with the workloads are persistent, like
     /// [`workloads::Workloads`]: a copy of the state under its lock is cheap at any size.)
-    pub order: imbl::OrdMap<u64, String>,
+    ///
+    /// The names, UIDs and keys these indexes hold are shared (`Arc<str>`, encoded as plain
+    /// strings): one submission's name is in four of them, its key in two.
+    pub order: imbl::OrdMap<u64, Arc<str>>,
     pub next_seq: u64,
-    pub idempotency: imbl::OrdMap<String, IdempotencyRecord>,
+    pub idempotency: imbl::OrdMap<Arc<str>, IdempotencyRecord>,
     /// Idempotency keys by the time they were recorded, so expiry costs O(log n), not a scan.
-    pub idempotency_expiry: imbl::OrdSet<(DateTime<Utc>, String)>,
+    pub idempotency_expiry: imbl::OrdSet<(DateTime<Utc>, Arc<str>)>,
     /// UID to name.
-    pub uids: imbl::OrdMap<String, String>,
+    pub uids: imbl::OrdMap<Arc<str>, Arc<str>>,
     pub queues: BTreeMap<String, Queue>,
     pub priority_classes: BTreeMap<String, PriorityClass>,
     /// Member clusters by name.
@@ -210,7 +215,7 @@ impl FederationState {
     pub fn by_uid(&self, uid: &str) -> Option<&Workload> {
         self.uids
             .get(uid)
-            .and_then(|n| self.workloads.get(n))
+            .and_then(|n| self.workloads.get(&**n))
             .map(|w| &**w)
     }
 
@@ -224,8 +229,8 @@ impl FederationState {
     pub fn by_idempotency_key(&self, key: &str) -> Option<&Workload> {
         self.idempotency
             .get(key)
-            .and_then(|r| self.workloads.get(&r.workload).map(|w| (r, w)))
-            .filter(|(r, w)| r.uid.is_none() || r.uid == w.metadata.uid)
+            .and_then(|r| self.workloads.get(&*r.workload).map(|w| (r, w)))
+            .filter(|(r, w)| r.uid.is_none() || r.uid.as_deref() == w.metadata.uid.as_deref())
             .map(|(_, w)| &**w)
     }
 
@@ -501,17 +506,20 @@ impl FederationState {
         w.status = Some(bootstrap::submitted_status(at));
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.order.insert(seq, w.metadata.name.clone());
-        if let Some(uid) = &w.metadata.uid {
-            self.uids.insert(uid.clone(), w.metadata.name.clone());
+        let name: Arc<str> = w.metadata.name.as_str().into();
+        let uid: Option<Arc<str>> = w.metadata.uid.as_deref().map(Arc::from);
+        self.order.insert(seq, name.clone());
+        if let Some(uid) = &uid {
+            self.uids.insert(uid.clone(), name.clone());
         }
+        let key: Arc<str> = key.into();
         self.idempotency_expiry.insert((at, key.clone()));
         self.idempotency.insert(
             key,
             IdempotencyRecord {
-                workload: w.metadata.name.clone(),
+                workload: name,
                 at,
-                uid: w.metadata.uid.clone(),
+                uid,
                 digest: Some(idempotency::submission_digest(&w)),
             },
         );

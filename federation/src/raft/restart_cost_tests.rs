@@ -1,0 +1,220 @@
+//! What a restart costs per workload, in process: replaying the log's submissions, writing
+//! the snapshot and loading it again, and the heap the live state holds. A measurement, run
+//! by hand on a release build (`cargo test --release -p tideway-federation restart_cost --
+//! --ignored --nocapture`), not in CI: its figures depend on the machine. It is the quick
+//! loop behind `tideway bench scale`'s restart figures, which take half an hour at a
+//! million; each step asserts it did the real work.
+
+use chrono::{DateTime, TimeZone, Utc};
+use tideway_api::Workload;
+use tideway_api::clock::{Clock, RealClock};
+
+use super::*;
+use crate::state::command::{Command, Request};
+
+fn t(s: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + s, 0)
+        .single()
+        .expect("time")
+}
+
+/// The bench's mix of shapes (`tideway bench scale`), stamped as the API stamps a
+/// submission without an `Idempotency-Key`.
+fn submission(i: u64) -> Command {
+    let (class, prio, pods, gpus, flavor, topology) = match i % 4 {
+        0 => (
+            "training",
+            "normal",
+            1,
+            8,
+            "H100",
+            r#","topology":{"required":"rack"}"#,
+        ),
+        1 => (
+            "training",
+            "high",
+            2,
+            8,
+            "A100",
+            r#","topology":{"required":"rack"}"#,
+        ),
+        2 => ("inference", "normal", 1, 4, "L40S", ""),
+        _ => ("experiment", "low", 1, 1, "H100", ""),
+    };
+    let body = format!(
+        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"scale-{i}"}},"spec":{{"queue":"default","class":"{class}","priorityClass":"{prio}","podSets":[{{"name":"worker","count":{pods},"gpusPerPod":{gpus},"flavor":"{flavor}"}}],"gang":{{"minCount":{pods}}}{topology},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
+    );
+    let mut w: Workload = serde_json::from_str(&body).expect("workload");
+    w.metadata.uid = Some(tideway_api::new_uid());
+    Command::SubmitWorkload {
+        workload: Box::new(w),
+        idempotency_key: format!("gen-{}", uuid::Uuid::new_v4()),
+        at: t(i as i64 / 1000),
+    }
+}
+
+/// glibc's `struct mallinfo2`: `uordblks` is the bytes the program holds allocated, a
+/// precise figure where RSS lags frees and counts the allocator's slack.
+#[repr(C)]
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
+
+unsafe extern "C" {
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// Heap bytes in use (small allocations plus mmapped ones).
+fn heap_bytes() -> usize {
+    // SAFETY: mallinfo2 only reads the allocator's counters; glibc 2.33 and later.
+    let m = unsafe { mallinfo2() };
+    m.uordblks + m.hblkhd
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "a measurement: run by hand with --release --ignored --nocapture"]
+fn restart_cost_per_workload() {
+    let n: u64 = std::env::var("RESTART_COST_WORKLOADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    const PER_ENTRY: u64 = 16;
+    // The log as a leader writes it: batches of submissions, each entry encoded.
+    let entries: Vec<Vec<u8>> = (0..n / PER_ENTRY)
+        .map(|e| {
+            let req = Request {
+                commands: (e * PER_ENTRY..(e + 1) * PER_ENTRY)
+                    .map(submission)
+                    .collect(),
+            };
+            rmp_serde::to_vec_named(&req).expect("encode")
+        })
+        .collect();
+    let log_bytes: usize = entries.iter().map(Vec::len).sum();
+
+    let rss_before = rss_kib();
+    let started = RealClock.instant();
+    let mut state = FederationState::default();
+    for (e, bytes) in entries.iter().enumerate() {
+        let req: Request = rmp_serde::from_slice(bytes).expect("decode");
+        for c in req.commands {
+            state.apply(e as u64 + 1, c);
+        }
+    }
+    let replay = started.elapsed();
+    assert_eq!(state.workloads.len() as u64, n / PER_ENTRY * PER_ENTRY);
+    let rss_state = rss_kib().saturating_sub(rss_before);
+    drop(entries);
+    {
+        // What the indexes beside the workloads hold (order, UIDs, idempotency records and
+        // their expiry), together: they share their names, UIDs and keys, so a part alone
+        // frees only what no other part holds. The copy shares every node with `state`, so
+        // the indexes are rebuilt element by element first, for dropping them to free them.
+        let mut s = state.clone();
+        s.idempotency = s
+            .idempotency
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        s.idempotency_expiry = s.idempotency_expiry.iter().cloned().collect();
+        s.uids = s.uids.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        s.order = s.order.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let before = heap_bytes();
+        s.idempotency = Default::default();
+        s.idempotency_expiry = Default::default();
+        s.uids = Default::default();
+        s.order = Default::default();
+        let indexes = before.saturating_sub(heap_bytes());
+        drop(s);
+        let before = heap_bytes();
+        let copies: Vec<Workload> = state.workloads.values().map(|w| (**w).clone()).collect();
+        let workload = heap_bytes().saturating_sub(before);
+        assert_eq!(copies.len() as u64, n / PER_ENTRY * PER_ENTRY);
+        drop(copies);
+        println!(
+            "heap per workload: the indexes {:.0} B, a workload's copy {:.0} B",
+            indexes as f64 / n as f64,
+            workload as f64 / n as f64
+        );
+    }
+
+    let started = RealClock.instant();
+    let body = SnapshotFormatRef::V1(SnapshotBodyRef {
+        last_applied: &None,
+        membership: &StoredMembership::default(),
+        state: &state,
+    });
+    let mut bytes = Vec::new();
+    rmp_serde::encode::write_named(&mut bytes, &body).expect("encode");
+    let encode = started.elapsed();
+
+    let started = RealClock.instant();
+    let SnapshotFormat::V1(decoded) = decode_snapshot(&bytes).expect("decode");
+    let decode = started.elapsed();
+    assert_eq!(decoded.state.workloads.len(), state.workloads.len());
+    assert!(
+        decoded.state == state,
+        "the snapshot gives back the same state"
+    );
+
+    // Each part that grows with the workloads: its bytes and its decode time.
+    fn part<T: serde::Serialize + serde::de::DeserializeOwned>(
+        name: &str,
+        v: &T,
+        n: u64,
+    ) -> String {
+        let bytes = rmp_serde::to_vec_named(v).expect("encode");
+        let started = RealClock.instant();
+        let back: T = rmp_serde::from_slice(&bytes).expect("decode");
+        let took = started.elapsed();
+        drop(back);
+        format!(
+            " {name} {:.0} B {:.1} us",
+            bytes.len() as f64 / n as f64,
+            took.as_secs_f64() * 1e6 / n as f64
+        )
+    }
+    println!(
+        "snapshot per workload, by part:{}{}{}{}{}",
+        part("workloads", &state.workloads, n),
+        part("idempotency", &state.idempotency, n),
+        part("expiry", &state.idempotency_expiry, n),
+        part("uids", &state.uids, n),
+        part("order", &state.order, n),
+    );
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / n as f64;
+    println!(
+        "{n} submissions, {PER_ENTRY} per entry: log {:.0} B each; replay {:.2} s ({:.1} us each); \
+         live state ~{:.0} B of RSS each; snapshot {:.0} B each, encode {:.2} s ({:.1} us), \
+         decode {:.2} s ({:.1} us)",
+        log_bytes as f64 / n as f64,
+        replay.as_secs_f64(),
+        per(replay),
+        rss_state as f64 * 1024.0 / n as f64,
+        bytes.len() as f64 / n as f64,
+        encode.as_secs_f64(),
+        per(encode),
+        decode.as_secs_f64(),
+        per(decode),
+    );
+}
