@@ -113,6 +113,7 @@ fn restart_cost_per_workload() {
     let log_bytes: usize = entries.iter().map(Vec::len).sum();
 
     let rss_before = rss_kib();
+    let heap_before = heap_bytes();
     let started = RealClock.instant();
     let mut state = FederationState::default();
     for (e, bytes) in entries.iter().enumerate() {
@@ -124,6 +125,7 @@ fn restart_cost_per_workload() {
     let replay = started.elapsed();
     assert_eq!(state.workloads.len() as u64, n / PER_ENTRY * PER_ENTRY);
     let rss_state = rss_kib().saturating_sub(rss_before);
+    let heap_applied = heap_bytes().saturating_sub(heap_before);
     drop(entries);
     {
         // What the indexes beside the workloads hold (order, UIDs, idempotency records and
@@ -168,9 +170,16 @@ fn restart_cost_per_workload() {
     rmp_serde::encode::write_named(&mut bytes, &body).expect("encode");
     let encode = started.elapsed();
 
+    let heap_before = heap_bytes();
     let started = RealClock.instant();
     let SnapshotFormat::V1(decoded) = decode_snapshot(&bytes).expect("decode");
     let decode = started.elapsed();
+    let heap_loaded = heap_bytes().saturating_sub(heap_before);
+    println!(
+        "heap per workload: applied from the log {:.0} B, loaded from a snapshot {:.0} B",
+        heap_applied as f64 / n as f64,
+        heap_loaded as f64 / n as f64
+    );
     assert_eq!(decoded.state.workloads.len(), state.workloads.len());
     assert!(
         decoded.state == state,
