@@ -5,7 +5,7 @@
 //! (batching commands and forwarding every leader-only request), `raft` (log store, state
 //! machine, snapshots, transport) and `state` (the replicated data and its pure apply).
 //! `metrics` is the registry the layers record into; the server renders it. `hex` is the
-//! lowercase hex the stored digests use.
+//! lowercase hex the stored digests use; `scale_mix` the workloads the scale bench submits.
 
 pub mod dispatcher;
 pub mod hex;
@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod node;
 pub mod propose;
 pub mod raft;
+pub mod scale_mix;
 pub mod server;
 pub mod state;
 pub mod tls;

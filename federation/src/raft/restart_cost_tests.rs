@@ -21,29 +21,7 @@ fn t(s: i64) -> DateTime<Utc> {
 /// The bench's mix of shapes (`tideway bench scale`), stamped as the API stamps a
 /// submission without an `Idempotency-Key`.
 fn submission(i: u64) -> Command {
-    let (class, prio, pods, gpus, flavor, topology) = match i % 4 {
-        0 => (
-            "training",
-            "normal",
-            1,
-            8,
-            "H100",
-            r#","topology":{"required":"rack"}"#,
-        ),
-        1 => (
-            "training",
-            "high",
-            2,
-            8,
-            "A100",
-            r#","topology":{"required":"rack"}"#,
-        ),
-        2 => ("inference", "normal", 1, 4, "L40S", ""),
-        _ => ("experiment", "low", 1, 1, "H100", ""),
-    };
-    let body = format!(
-        r#"{{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload","metadata":{{"name":"scale-{i}"}},"spec":{{"queue":"default","class":"{class}","priorityClass":"{prio}","podSets":[{{"name":"worker","count":{pods},"gpusPerPod":{gpus},"flavor":"{flavor}"}}],"gang":{{"minCount":{pods}}}{topology},"runtimeEstimateSeconds":7200,"checkpoint":{{"intervalSeconds":600}}}}}}"#
-    );
+    let body = crate::scale_mix::workload_json(&format!("scale-{i}"), i);
     let mut w: Workload = serde_json::from_str(&body).expect("workload");
     w.metadata.uid = Some(tideway_api::new_uid());
     Command::SubmitWorkload {
