@@ -71,7 +71,7 @@ impl FederationState {
             if !self.checkpoint_takes_effect(cluster, cp) {
                 continue;
             }
-            let Some(name) = self.uids.get(cp.uid.as_str()).map(|n| n.to_string()) else {
+            let Some(name) = self.uids.get(cp.uid.as_str()).cloned() else {
                 continue;
             };
             let Some(w) = self.workloads.get_mut(&name) else {

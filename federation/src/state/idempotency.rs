@@ -43,22 +43,11 @@ impl<'de> Deserialize<'de> for SubmissionDigest {
                 f.write_str("a SHA-256 digest as 64 lowercase hex digits")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SubmissionDigest, E> {
-                let b = v.as_bytes();
-                if b.len() != 64 {
-                    return Err(E::invalid_length(b.len(), &self));
-                }
-                let mut out = [0u8; 32];
-                for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
-                    // Lowercase only: the encoder writes nothing else, and an uppercase
-                    // digit would not give the same bytes back.
-                    let digit = |c: u8| match c {
-                        b'0'..=b'9' => Ok(c - b'0'),
-                        b'a'..=b'f' => Ok(c - b'a' + 10),
-                        _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
-                    };
-                    *o = digit(pair[0])? << 4 | digit(pair[1])?;
-                }
-                Ok(SubmissionDigest(out))
+                // Lowercase only: the encoder writes nothing else, and an uppercase digit
+                // would not give the same bytes back.
+                crate::hex::parse_lower(v)
+                    .map(SubmissionDigest)
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
             }
         }
         d.deserialize_str(V)

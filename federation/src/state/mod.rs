@@ -57,7 +57,8 @@ pub struct FederationState {
     /// [`workloads::Workloads`]: a copy of the state under its lock is cheap at any size.)
     ///
     /// The names, UIDs and keys these indexes hold are shared (`Arc<str>`, encoded as plain
-    /// strings): one submission's name is in four of them, its key in two.
+    /// strings): one submission's name is in three of them (order, UIDs, its record), its
+    /// UID and its key in two.
     pub order: imbl::OrdMap<u64, Arc<str>>,
     pub next_seq: u64,
     pub idempotency: imbl::OrdMap<Arc<str>, IdempotencyRecord>,
