@@ -346,7 +346,11 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         let (http, addr) = (http.clone(), addr.clone());
         async move { submit_n(&http, &addr, 4, 3_000, "status").await }
     });
+    // Each digest call is paired with one without the digest (`?digest=false`) under the
+    // same load: what the request costs on a busy node apart from the digest.
+    let digest_before = leader_metrics(&http, &addr).await?;
     let mut status = Vec::with_capacity(50);
+    let mut brief = Vec::with_capacity(50);
     let mut moved = 0;
     let mut last_applied = None;
     for _ in 0..50 {
@@ -358,6 +362,10 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             moved += 1;
             last_applied = s.last_applied;
         }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let t = RealClock.instant();
+        retried(|| client.cluster_status_brief()).await?;
+        brief.push(t.elapsed());
     }
     flowing.await??;
     println!(
@@ -365,6 +373,28 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         first.as_secs_f64() * 1000.0,
         percentiles(&mut status)
     );
+    println!(
+        "  cluster status without the digest (?digest=false), x50 between those: {}",
+        percentiles(&mut brief)
+    );
+    // The leader's own timing of those digests, by part (`tideway_state_digest_seconds`).
+    let digest_after = leader_metrics(&http, &addr).await?;
+    for part in ["walk", "rest", "free"] {
+        let only = |text: &str| {
+            text.lines()
+                .filter(|l| {
+                    !l.contains("state_digest_seconds") || l.contains(&format!("part=\"{part}\""))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        print_histogram(
+            &format!("status digest, {part}"),
+            "state_digest_seconds",
+            &only(&digest_after),
+            Some((&only(&digest_before), "the 50 calls")),
+        );
+    }
 
     // The leader has been cycling over the whole backlog while it was filled and probed;
     // a quiet half minute gives the figures of cycles over the full backlog alone.
@@ -376,8 +406,9 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         ("whole cycle", "scheduler_cycle_wall_seconds"),
         ("lock held", "scheduler_cycle_lock_held_seconds"),
     ] {
-        print_histogram(label, name, &metrics, Some(&before));
-        print_histogram(label, name, &metrics, None);
+        let label = format!("cycle {label}");
+        print_histogram(&label, name, &metrics, Some((&before, "last 30 s")));
+        print_histogram(&label, name, &metrics, None);
     }
     print_gauge(
         &metrics,
@@ -459,26 +490,21 @@ async fn leader_metrics(http: &reqwest::Client, addr: &str) -> anyhow::Result<St
 }
 
 /// A histogram's count, mean, p50 and p99: over the whole run, or (given the exposition
-/// of an earlier scrape) over what was observed since.
-fn print_histogram(label: &str, name: &str, now: &str, since: Option<&str>) {
-    let text = match since {
-        Some(before) => difference(now, before),
-        None => now.to_string(),
-    };
-    let span = if since.is_some() {
-        "last 30 s"
-    } else {
-        "whole run"
+/// of an earlier scrape and what lies between) over what was observed since.
+fn print_histogram(label: &str, name: &str, now: &str, since: Option<(&str, &str)>) {
+    let (text, span) = match since {
+        Some((before, span)) => (difference(now, before), span),
+        None => (now.to_string(), "whole run"),
     };
     let mean = histogram_mean(&text, name);
     match (mean, histogram_quantiles(&text, name, &[0.5, 0.99])) {
         (Some((sum, n)), Some(q)) if n > 0.0 => println!(
-            "  cycle {label} ({span}): {n:.0} samples, mean {:.3} ms  p50 {:.3} ms  p99 {:.3} ms  ({name})",
+            "  {label} ({span}): {n:.0} samples, mean {:.3} ms  p50 {:.3} ms  p99 {:.3} ms  ({name})",
             sum / n * 1000.0,
             q[0] * 1000.0,
             q[1] * 1000.0
         ),
-        _ => println!("  cycle {label} ({span}): none recorded ({name})"),
+        _ => println!("  {label} ({span}): none recorded ({name})"),
     }
 }
 

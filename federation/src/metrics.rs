@@ -108,6 +108,16 @@ pub struct Metrics {
     heartbeat_bytes: Family<HeartbeatLabel, Counter>,
     cycle_lock_held: Histogram,
     cycle_wall: Histogram,
+    digest: Family<DigestPartLabel, Histogram, fn() -> Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DigestPartLabel {
+    pub part: String,
+}
+
+fn digest_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 18))
 }
 
 fn http_histogram() -> Histogram {
@@ -268,7 +278,18 @@ impl Default for Metrics {
             "Time from a cycle's first read of the state to its decisions ready to propose",
             cycle_wall.clone(),
         );
+        let digest = Family::<DigestPartLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            digest_histogram,
+        );
+        registry.register(
+            "state_digest_seconds",
+            "Time one state digest of cluster status took, by part: walk (the entries changed \
+             since the last digest), rest (the part encoded whole) and free (the previous \
+             digest's copy)",
+            digest.clone(),
+        );
         Self {
+            digest,
             heartbeats,
             heartbeat_bytes,
             cycle_lock_held,
@@ -324,6 +345,16 @@ impl Metrics {
     }
 
     /// A whole cycle: reading the state, building the input, the core, the decisions.
+    pub fn observe_digest(&self, t: &crate::raft::digest::Timing) {
+        for (part, d) in [("walk", t.walk), ("rest", t.rest), ("free", t.free)] {
+            self.digest
+                .get_or_create(&DigestPartLabel {
+                    part: part.to_string(),
+                })
+                .observe(d.as_secs_f64());
+        }
+    }
+
     pub fn observe_cycle_wall(&self, d: Duration) {
         self.cycle_wall.observe(d.as_secs_f64());
     }

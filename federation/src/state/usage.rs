@@ -36,10 +36,12 @@ pub struct UsageLedger {
     pub closed: imbl::Vector<Run>,
     /// Runs of running workloads, by workload UID (one per flavor of the workload).
     pub open: imbl::OrdMap<String, Vec<Run>>,
-    /// Fleet GPUs per flavor: every registered member's reported total.
-    pub capacity: BTreeMap<String, Vec<Step>>,
+    /// Fleet GPUs per flavor: every registered member's reported total. (Persistent too:
+    /// a series holds up to `MAX_STEPS` steps, and every copy of the state under its lock,
+    /// the scheduling cycle's among them, would otherwise copy them all.)
+    pub capacity: BTreeMap<String, Steps>,
     /// Guaranteed GPUs per queue, then flavor.
-    pub guaranteed: BTreeMap<String, BTreeMap<String, Vec<Step>>>,
+    pub guaranteed: BTreeMap<String, BTreeMap<String, Steps>>,
     /// Set once runs or steps were dropped: the report is complete only after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retained_since: Option<DateTime<Utc>>,
@@ -92,18 +94,30 @@ impl Touch {
 }
 
 /// Appends `gpus` at `at` unless the series already says so.
-fn push_step(steps: &mut Vec<Step>, at: DateTime<Utc>, gpus: u64) -> bool {
+/// A step series, in time order (encoded as a sequence, as a `Vec` is).
+pub type Steps = imbl::Vector<Step>;
+
+fn push_step(steps: &mut Steps, at: DateTime<Utc>, gpus: u64) -> bool {
     if steps.last().map_or(0, |s| s.gpus) == gpus {
         return false;
     }
-    match steps.last_mut() {
+    match steps.back_mut() {
         // Two changes at one instant: the later one holds.
         Some(last) if last.at >= at => last.gpus = gpus,
-        _ => steps.push(Step { at, gpus }),
+        _ => steps.push_back(Step { at, gpus }),
     }
     let dropped = steps.len().saturating_sub(MAX_STEPS);
-    steps.drain(..dropped);
+    for _ in 0..dropped {
+        steps.pop_front();
+    }
     dropped > 0
+}
+
+/// The series as the accounting takes them (a copy: a report is rare, a state copy is not).
+fn series(m: &BTreeMap<String, Steps>) -> BTreeMap<String, Vec<Step>> {
+    m.iter()
+        .map(|(k, v)| (k.clone(), v.iter().cloned().collect()))
+        .collect()
 }
 
 impl FederationState {
@@ -273,10 +287,17 @@ impl FederationState {
             .chain(self.usage.open.values().flatten())
             .cloned()
             .collect();
+        let capacity = series(&self.usage.capacity);
+        let guaranteed: BTreeMap<String, BTreeMap<String, Vec<Step>>> = self
+            .usage
+            .guaranteed
+            .iter()
+            .map(|(q, m)| (q.clone(), series(m)))
+            .collect();
         let input = UsageInput {
             runs: &runs,
-            capacity: &self.usage.capacity,
-            guaranteed: &self.usage.guaranteed,
+            capacity: &capacity,
+            guaranteed: &guaranteed,
             now,
         };
         let acc = account(&input, from, to, tz);

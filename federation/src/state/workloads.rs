@@ -21,10 +21,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tideway_api::Workload;
 
-/// Journal entries kept beyond one per workload before the journal is cleared (a reader that
-/// far behind would copy about as much by following it as by copying the whole backlog, which
-/// it then does once), so its memory stays O(workloads) on followers, which never read it.
+/// Journal entries always kept: a reader less than this far behind can follow it.
 const SLACK: usize = 4096;
+
+/// Beyond [`SLACK`], one entry kept per this many workloads. Past that the oldest half is
+/// dropped, and a reader behind it copies the whole backlog once. The journal only grows
+/// (followers never read it, and the leader's reader cannot trim it from its copy), so the
+/// bound is its memory: at a million workloads about 66,000 names (4 MB), where one per
+/// workload held up to a million (about 56 MB) on every node. The leader's cycle reads it
+/// every few hundred milliseconds, thousands of changes behind at most.
+const PER_WORKLOADS: usize = 16;
 
 /// Identities of journals, so a cursor from one never reads another.
 static JOURNALS: AtomicU64 = AtomicU64::new(1);
@@ -138,9 +144,11 @@ impl Workloads {
 
     fn note(&mut self, name: &str) {
         self.journal.names.push(name.to_string());
-        if self.journal.names.len() > self.map.len() + SLACK {
-            self.journal.start += self.journal.names.len() as u64;
-            self.journal.names.clear();
+        let cap = SLACK + self.map.len() / PER_WORKLOADS;
+        if self.journal.names.len() > cap {
+            let dropped = self.journal.names.len() - cap / 2;
+            self.journal.start += dropped as u64;
+            self.journal.names.drain(..dropped);
         }
     }
 
@@ -198,11 +206,22 @@ mod tests {
             serde_json::from_slice(&serde_json::to_vec(&ws).expect("encode")).expect("decode");
         assert_eq!(back, ws);
         assert_eq!(back.changed_since(cursor), None);
-        // A journal that outgrew the workloads is cleared; a reader behind it starts over.
-        for _ in 0..2 * SLACK {
+        // A journal past its bound drops its oldest half: it stays within the bound, a
+        // reader behind what it dropped starts over, and one within half the bound of the
+        // head still sees every change since its cursor.
+        for _ in 0..3 * SLACK {
             let _ = ws.get_mut("b");
         }
+        assert!(ws.journal.names.len() <= SLACK + ws.len() / PER_WORKLOADS);
         assert_eq!(ws.changed_since(cursor), None);
+        let recent = ws.cursor();
+        for _ in 0..SLACK / 4 {
+            let _ = ws.get_mut("b");
+        }
+        assert_eq!(
+            ws.changed_since(recent).map(<[String]>::len),
+            Some(SLACK / 4)
+        );
         assert_eq!(ws.changed_since(ws.cursor()), Some(&[][..]));
     }
 
