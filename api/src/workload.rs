@@ -30,9 +30,8 @@ pub const MAX_RETRY_LIMIT: u32 = 100;
 pub const DEFAULT_PRIORITY_CLASS: &str = "normal";
 
 /// One unit of work: submitted once, placed on one member cluster as a whole.
-///
-/// `Eq`, so that two `Arc`s of one workload compare by pointer before by value: the state
-/// digest's walk compares every workload of a changed map node, nearly all of them shared.
+// `Eq`, so that two `Arc`s of one workload compare by pointer before by value: the state
+// digest's walk compares every workload of a changed map node, nearly all of them shared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
