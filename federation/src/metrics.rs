@@ -344,7 +344,7 @@ impl Metrics {
         self.cycle_lock_held.observe(d.as_secs_f64());
     }
 
-    /// A whole cycle: reading the state, building the input, the core, the decisions.
+    /// One state digest of `cluster status`, by part.
     pub fn observe_digest(&self, t: &crate::raft::digest::Timing) {
         for (part, d) in [("walk", t.walk), ("rest", t.rest), ("free", t.free)] {
             self.digest
@@ -355,6 +355,7 @@ impl Metrics {
         }
     }
 
+    /// A whole cycle: reading the state, building the input, the core, the decisions.
     pub fn observe_cycle_wall(&self, d: Duration) {
         self.cycle_wall.observe(d.as_secs_f64());
     }

@@ -22,6 +22,7 @@ use tideway_api::clock::{Clock, RealClock};
 use super::state_machine::StateMachineData;
 use super::types::LogId;
 use crate::state::FederationState;
+use crate::state::usage::Steps;
 
 pub type Error = rmp_serde::encode::Error;
 
@@ -262,69 +263,59 @@ where
     Ok(())
 }
 
-/// A map of sequences, moved per key (a key only in one map is an empty sequence in the
-/// other; the keys themselves are in the encoded rest of the state).
-fn seqs_moved<'a, K, T, P>(
+/// A persistent sequence's sum, moved: nothing to do when the new copy shares the old one's
+/// tree (the sequence did not change since).
+fn vector_moved<T, P>(
     sum: &mut u64,
     prefix: &P,
-    old: impl Fn(&K) -> Vec<&'a T>,
-    new: impl Fn(&K) -> Vec<&'a T>,
-    keys: std::collections::BTreeSet<K>,
+    old: &imbl::Vector<T>,
+    new: &imbl::Vector<T>,
 ) -> Result<(), Error>
 where
-    K: Serialize + Ord,
-    T: Serialize + PartialEq + 'a,
+    T: Serialize + PartialEq + Clone,
     P: Serialize + ?Sized,
 {
+    if old.ptr_eq(new) {
+        return Ok(());
+    }
+    let (o, n): (Vec<&T>, Vec<&T>) = (old.iter().collect(), new.iter().collect());
+    seq_moved(sum, prefix, &o, &n)
+}
+
+/// Step series by key, moved per key (a key only in one map is an empty series in the
+/// other; the keys themselves are in the encoded rest of the state).
+fn series_moved<K: Serialize + Ord>(
+    sum: &mut u64,
+    prefix: &str,
+    old: std::collections::BTreeMap<K, &Steps>,
+    new: std::collections::BTreeMap<K, &Steps>,
+) -> Result<(), Error> {
+    let empty = Steps::new();
+    let keys: std::collections::BTreeSet<&K> = old.keys().chain(new.keys()).collect();
     for key in keys {
-        let (o, n) = (old(&key), new(&key));
-        if o != n {
-            seq_moved(sum, &(prefix, &key), &o, &n)?;
-        }
+        let (o, n) = (
+            old.get(key).copied().unwrap_or(&empty),
+            new.get(key).copied().unwrap_or(&empty),
+        );
+        vector_moved(sum, &(prefix, key), o, n)?;
     }
     Ok(())
 }
 
-fn steps_moved(sum: &mut u64, old: &FederationState, new: &FederationState) -> Result<(), Error> {
-    let (o, n) = (&old.usage.capacity, &new.usage.capacity);
-    let flavors = o.keys().chain(n.keys()).cloned().collect();
-    seqs_moved(
-        sum,
-        "capacity",
-        |f: &String| o.get(f).map(|v| v.iter().collect()).unwrap_or_default(),
-        |f: &String| n.get(f).map(|v| v.iter().collect()).unwrap_or_default(),
-        flavors,
-    )
+/// The fleet's capacity series, by flavor.
+fn capacity_series(s: &FederationState) -> std::collections::BTreeMap<&String, &Steps> {
+    s.usage.capacity.iter().collect()
 }
 
-fn guaranteed_moved(
-    sum: &mut u64,
-    old: &FederationState,
-    new: &FederationState,
-) -> Result<(), Error> {
-    let (o, n) = (&old.usage.guaranteed, &new.usage.guaranteed);
-    let keys = o
+/// The guarantee series, by queue and flavor.
+fn guaranteed_series(
+    s: &FederationState,
+) -> std::collections::BTreeMap<(&String, &String), &Steps> {
+    s.usage
+        .guaranteed
         .iter()
-        .chain(n.iter())
-        .flat_map(|(q, flavors)| flavors.keys().map(move |f| (q.clone(), f.clone())))
-        .collect();
-    seqs_moved(
-        sum,
-        "guaranteed",
-        |(q, f): &(String, String)| {
-            o.get(q)
-                .and_then(|m| m.get(f))
-                .map(|v| v.iter().collect())
-                .unwrap_or_default()
-        },
-        |(q, f): &(String, String)| {
-            n.get(q)
-                .and_then(|m| m.get(f))
-                .map(|v| v.iter().collect())
-                .unwrap_or_default()
-        },
-        keys,
-    )
+        .flat_map(|(q, flavors)| flavors.iter().map(move |(f, steps)| ((q, f), steps)))
+        .collect()
 }
 
 impl Sums {
@@ -353,14 +344,24 @@ impl Sums {
             &new.scheduling.placements,
         )?;
         map_moved(&mut self.open_runs, &old.usage.open, &new.usage.open)?;
-        // Up to `MAX_CLOSED_RUNS` runs: a copy that shares the old one's tree is unchanged.
-        let (oc, nc) = (&old.usage.closed, &new.usage.closed);
-        if !oc.ptr_eq(nc) {
-            let (o, n): (Vec<_>, Vec<_>) = (oc.iter().collect(), nc.iter().collect());
-            seq_moved(&mut self.closed_runs, "closed", &o, &n)?;
-        }
-        steps_moved(&mut self.capacity_steps, old, new)?;
-        guaranteed_moved(&mut self.guaranteed_steps, old, new)?;
+        vector_moved(
+            &mut self.closed_runs,
+            "closed",
+            &old.usage.closed,
+            &new.usage.closed,
+        )?;
+        series_moved(
+            &mut self.capacity_steps,
+            "capacity",
+            capacity_series(old),
+            capacity_series(new),
+        )?;
+        series_moved(
+            &mut self.guaranteed_steps,
+            "guaranteed",
+            guaranteed_series(old),
+            guaranteed_series(new),
+        )?;
         // The trail only grows at the back and is cut at the front, and a record never
         // changes: the records before `new`'s first leave, those after `old`'s last arrive.
         let (old_ev, new_ev) = (&old.audit.events, &new.audit.events);
@@ -431,7 +432,7 @@ pub fn state_digest(state: &FederationState) -> Result<String, Error> {
     digest_with(state, &Sums::of(state)?)
 }
 
-/// How long a digest's two parts took (a digest answered from the cache has none).
+/// How long a digest's parts took (a digest answered from the cache has none).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     /// Moving the sums over the entries changed since the last digest.

@@ -93,10 +93,10 @@ impl Touch {
     }
 }
 
-/// Appends `gpus` at `at` unless the series already says so.
 /// A step series, in time order (encoded as a sequence, as a `Vec` is).
 pub type Steps = imbl::Vector<Step>;
 
+/// Appends `gpus` at `at` unless the series already says so.
 fn push_step(steps: &mut Steps, at: DateTime<Utc>, gpus: u64) -> bool {
     if steps.last().map_or(0, |s| s.gpus) == gpus {
         return false;
