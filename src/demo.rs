@@ -136,7 +136,7 @@ fn demo_workload(job: &Job, n: usize, settings: &SimulatorSettings) -> Workload 
     let flavor = flavors[n % flavors.len()];
     let mut w = tideway_simulate::workload::build_workload(job, flavor, settings);
     for ps in &mut w.spec.pod_sets {
-        ps.flavor = flavor.to_string();
+        ps.flavor = flavor.to_string().into();
     }
     if w.spec.placement.as_ref().is_some_and(|p| p.spread) {
         // One replica of a service, spread against its siblings: a gang never spans

@@ -133,7 +133,7 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                 .map(|w| {
                     vec![
                         w.metadata.name.clone(),
-                        w.spec.queue.clone(),
+                        w.spec.queue.to_string(),
                         w.spec.class.to_string(),
                         w.spec.total_gpus().to_string(),
                         phase_of(w),
@@ -157,9 +157,9 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                     let st = w.status.as_ref();
                     vec![
                         w.metadata.name.clone(),
-                        w.spec.queue.clone(),
+                        w.spec.queue.to_string(),
                         w.spec.class.to_string(),
-                        w.spec.priority_class.clone(),
+                        w.spec.priority_class.to_string(),
                         w.spec.total_gpus().to_string(),
                         phase_of(w),
                         age(created(w), now),

@@ -9,6 +9,11 @@
 
 #![warn(missing_docs)]
 
+/// The workload's short strings (queue, flavor, priority class, pod set names): up to 24 bytes
+/// are held inline, so a million pending workloads do not each allocate them. Serialized as
+/// plain strings, so the wire, the log and snapshots are the same bytes as with `String`.
+pub use compact_str::CompactString;
+
 pub mod agent;
 pub mod audit;
 pub mod auth;

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{API_VERSION, ObjectMeta, impl_resource, is_false};
@@ -37,9 +38,11 @@ pub const DEFAULT_PRIORITY_CLASS: &str = "normal";
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Workload {
     /// Always [`API_VERSION`].
-    pub api_version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub api_version: CompactString,
     /// Always `Workload`.
-    pub kind: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub kind: CompactString,
     /// Name (unique among workloads) and labels; the server sets the uid.
     pub metadata: ObjectMeta,
     /// What the work needs, as the user wrote it (the server may fill in `user`).
@@ -55,8 +58,8 @@ impl Workload {
     /// A workload at the current API version, with no status.
     pub fn new(name: impl Into<String>, spec: WorkloadSpec) -> Self {
         Self {
-            api_version: API_VERSION.to_owned(),
-            kind: <Self as crate::meta::Resource>::KIND.to_owned(),
+            api_version: CompactString::const_new(API_VERSION),
+            kind: CompactString::const_new(<Self as crate::meta::Resource>::KIND),
             metadata: ObjectMeta::named(name),
             spec,
             status: None,
@@ -151,16 +154,19 @@ impl std::str::FromStr for WorkloadClass {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadSpec {
     /// The queue it waits in; must name a queue of the current policy.
-    pub queue: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub queue: CompactString,
     /// Must be one the queue serves.
     pub class: WorkloadClass,
     /// A priority class of the current policy; `normal` if left out.
     #[serde(default = "default_priority_class")]
-    pub priority_class: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub priority_class: CompactString,
     /// Who submitted it; the server fills it from authentication when absent. Per-user limits
     /// and priority-class permissions apply to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub user: Option<CompactString>,
     /// At least one, at most [`MAX_POD_SETS`]; names unique.
     pub pod_sets: Vec<PodSet>,
     /// Present when the pods are only useful together (all-or-nothing admission).
@@ -171,7 +177,8 @@ pub struct WorkloadSpec {
     pub topology: Option<TopologyRequirement>,
     /// Regions and clusters it may run in; anywhere if left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<Placement>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Placement>))]
+    pub placement: Option<Box<Placement>>,
     /// Lets tidal windows and backfill decide whether the work can finish before a boundary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_estimate_seconds: Option<u64>,
@@ -189,16 +196,21 @@ pub struct WorkloadSpec {
     /// Passed untouched to the member cluster (a pod template or Volcano task template);
     /// Tideway never interprets it, so the federation does not track Kubernetes API changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<serde_json::Value>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
+    pub template: Option<Box<serde_json::Value>>,
 }
 
-fn default_priority_class() -> String {
-    DEFAULT_PRIORITY_CLASS.to_owned()
+fn default_priority_class() -> CompactString {
+    CompactString::const_new(DEFAULT_PRIORITY_CLASS)
 }
 
 impl WorkloadSpec {
     /// A spec with the required fields and defaults for the rest; tests and the CLI build on it.
-    pub fn new(queue: impl Into<String>, class: WorkloadClass, pod_sets: Vec<PodSet>) -> Self {
+    pub fn new(
+        queue: impl Into<CompactString>,
+        class: WorkloadClass,
+        pod_sets: Vec<PodSet>,
+    ) -> Self {
         Self {
             queue: queue.into(),
             class,
@@ -253,13 +265,15 @@ impl WorkloadSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PodSet {
     /// Unique within the workload.
-    pub name: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub name: CompactString,
     /// Pods in the set, at most [`MAX_POD_COUNT`].
     pub count: u32,
     /// Whole GPUs each pod needs on one node, at most [`MAX_GPUS_PER_POD`].
     pub gpus_per_pod: u32,
     /// The GPU model (e.g. "H100"); quotas and capacity are per flavor.
-    pub flavor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub flavor: CompactString,
     /// Kubernetes quantity, passed through to the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
@@ -270,12 +284,17 @@ pub struct PodSet {
 
 impl PodSet {
     /// A set of `count` pods of `gpus_per_pod` GPUs of `flavor`, with no CPU or memory request.
-    pub fn new(name: impl Into<String>, count: u32, gpus_per_pod: u32, flavor: &str) -> Self {
+    pub fn new(
+        name: impl Into<CompactString>,
+        count: u32,
+        gpus_per_pod: u32,
+        flavor: &str,
+    ) -> Self {
         Self {
             name: name.into(),
             count,
             gpus_per_pod,
-            flavor: flavor.to_owned(),
+            flavor: flavor.into(),
             cpu: None,
             memory: None,
         }
@@ -1094,22 +1113,22 @@ mod tests {
             memory: Some("64Gi".into()),
         });
         w.spec.topology = Some(TopologyRequirement::Preferred(TopologyLevel::Zone));
-        w.spec.placement = Some(Placement {
+        w.spec.placement = Some(Box::new(Placement {
             regions: vec!["eu-west".into()],
             clusters: vec!["a".into(), "b".into()],
             spread: false,
-        });
+        }));
         w.spec.retry_limit = Some(3);
         w.spec.checkpoint = Some(Checkpoint {
             interval_seconds: 600,
             last_checkpoint_at: Some("2025-03-01T12:30:00.123456789Z".parse().unwrap()),
         });
-        w.spec.template = Some(serde_json::json!({
+        w.spec.template = Some(Box::new(serde_json::json!({
             "spec": {"containers": [{"name": "main", "image": "llama:1", "args": ["--lr", "0.1"]}]},
             "weird": {"yes": "no", "n": 1.5, "null": null, "t": true},
             "tricky": ["true", "1", "null", "~", "1.5", "", " x", "a: b", "- x", "0x10",
                 "yes", "no", "on", "08:00", "1e3", "#c", "'q'", "\"d\"", "multi\nline", "ü"]
-        }));
+        })));
         w.status = Some(WorkloadStatus {
             phase: WorkloadPhase::Pending,
             pending_reason: Some(Arc::new(PendingReason::InsufficientCapacity {
@@ -1321,8 +1340,8 @@ mod tests {
         w.api_version = "v1".into();
         w.kind = "Job".into();
         w.metadata.name = "Not_A_Name".into();
-        w.spec.queue = String::new();
-        w.spec.priority_class = String::new();
+        w.spec.queue = String::new().into();
+        w.spec.priority_class = String::new().into();
         w.spec.pod_sets = vec![
             PodSet::new("worker", 0, 0, "H100"),
             PodSet::new("worker", 100_001, 65, ""),
@@ -1334,7 +1353,7 @@ mod tests {
             interval_seconds: 0,
             last_checkpoint_at: None,
         });
-        w.spec.template = Some(serde_json::json!([1]));
+        w.spec.template = Some(Box::new(serde_json::json!([1])));
         w.spec.pod_sets[0].memory = Some("lots".into());
         let errs = w.validate().unwrap_err();
         for field in [
@@ -1374,11 +1393,11 @@ mod tests {
     #[test]
     fn spread_gang_and_placement_duplicates() {
         let mut w = sample();
-        w.spec.placement = Some(Placement {
+        w.spec.placement = Some(Box::new(Placement {
             regions: vec!["eu".into(), "eu".into()],
             clusters: vec!["Bad".into()],
             spread: true,
-        });
+        }));
         let errs = w.validate().unwrap_err();
         assert!(errs.has_field("spec.placement.spread"), "{errs}");
         assert!(errs.has_field("spec.placement.regions[1]"), "{errs}");
@@ -1488,7 +1507,7 @@ pub(crate) mod strategies {
             cpu in proptest::option::of("[1-9][0-9]{0,2}m?"),
             memory in proptest::option::of("[1-9][0-9]{0,3}(Gi|Mi)"),
         ) -> PodSet {
-            PodSet { name, count, gpus_per_pod: gpus, flavor, cpu, memory }
+            PodSet { name: name.into(), count, gpus_per_pod: gpus, flavor: flavor.into(), cpu, memory }
         }
     }
 
@@ -1513,11 +1532,11 @@ pub(crate) mod strategies {
         ) -> Workload {
             let mut pod_sets = pod_sets;
             for (i, p) in pod_sets.iter_mut().enumerate() {
-                p.name = format!("{}-{i}", p.name);
+                p.name = format!("{}-{i}", p.name).into();
             }
             let mut spec = WorkloadSpec::new(queue, class, pod_sets);
-            spec.priority_class = priority_class;
-            spec.user = user;
+            spec.priority_class = priority_class.into();
+            spec.user = user.map(Into::into);
             let total = spec.total_pods();
             spec.gang = gang_frac.map(|f| Gang {
                 min_count: ((total as f64 * f).ceil() as u64).clamp(1, total) as u32,
@@ -1530,11 +1549,11 @@ pub(crate) mod strategies {
                 }
             });
             if !regions.is_empty() || spread {
-                spec.placement = Some(Placement {
+                spec.placement = Some(Box::new(Placement {
                     regions: regions.into_iter().collect(),
                     clusters: vec![],
                     spread: spread && spec.gang.is_none(),
-                });
+                }));
             }
             spec.runtime_estimate_seconds = runtime;
             spec.checkpoint = checkpoint.map(|(interval_seconds, last_checkpoint_at)| Checkpoint {
@@ -1542,7 +1561,7 @@ pub(crate) mod strategies {
                 last_checkpoint_at,
             });
             spec.retry_limit = retry_limit;
-            spec.template = template;
+            spec.template = template.map(Box::new);
             let mut w = Workload::new(name, spec);
             w.metadata.creation_timestamp = created;
             w.metadata.labels = labels;

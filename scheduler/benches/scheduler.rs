@@ -196,16 +196,16 @@ fn workload(uid: String, rng: &mut Rng) -> Workload {
     );
     spec.priority_class =
         ["low", "normal", "normal", "normal", "high"][rng.below(5) as usize].into();
-    spec.user = Some(format!("user{}@example.com", rng.below(2000)));
+    spec.user = Some(format!("user{}@example.com", rng.below(2000)).into());
     spec.gang = Some(Gang { min_count: pods });
     spec.topology = topology;
     spec.runtime_estimate_seconds = Some(600 + rng.below(6 * 3600));
     if rng.below(10) == 0 {
-        spec.placement = Some(Placement {
+        spec.placement = Some(Box::new(Placement {
             regions: vec![REGIONS[rng.below(4) as usize].to_owned()],
             clusters: Vec::new(),
             spread: false,
-        });
+        }));
     }
     let mut w = Workload::new(uid.clone(), spec);
     w.metadata.uid = Some(uid);
@@ -228,10 +228,10 @@ fn input(pending: usize) -> SchedulerInput {
             let (cluster, rack) = racks[rng.below(racks.len() as u64) as usize].clone();
             let ci: usize = cluster[1..].parse().expect("cluster index");
             let mut w = workload(format!("run-{i:06}"), &mut rng);
-            w.spec.pod_sets[0].flavor = FLAVORS[ci % FLAVORS.len()].to_owned();
+            w.spec.pod_sets[0].flavor = FLAVORS[ci % FLAVORS.len()].to_owned().into();
             let ps = &w.spec.pod_sets[0];
             let placement = PoolPlacement {
-                flavor: ps.flavor.clone(),
+                flavor: ps.flavor.to_string(),
                 pool: "gpu".into(),
                 domain: Some(tideway_scheduler::DomainRef {
                     level: TopologyLevel::Rack,
@@ -287,19 +287,28 @@ fn input(pending: usize) -> SchedulerInput {
 fn heap_estimate(p: &PendingWorkload) -> usize {
     let w = &p.workload;
     let s = |x: &String| x.capacity();
+    // A short string (up to 24 bytes) is held inline and owns no heap.
+    let c = |x: &tideway_api::CompactString| {
+        if x.is_heap_allocated() {
+            x.capacity()
+        } else {
+            0
+        }
+    };
     let mut n = std::mem::size_of::<PendingWorkload>();
-    n += s(&w.api_version) + s(&w.kind) + s(&w.metadata.name);
+    n += c(&w.api_version) + c(&w.kind) + s(&w.metadata.name);
     n += w.metadata.uid.as_ref().map_or(0, s);
-    n += w.spec.queue.capacity() + w.spec.priority_class.capacity();
-    n += w.spec.user.as_ref().map_or(0, s);
+    n += c(&w.spec.queue) + c(&w.spec.priority_class);
+    n += w.spec.user.as_ref().map_or(0, c);
     n += w.spec.pod_sets.capacity() * std::mem::size_of::<PodSet>();
     n += w
         .spec
         .pod_sets
         .iter()
-        .map(|p| p.name.capacity() + p.flavor.capacity())
+        .map(|p| c(&p.name) + c(&p.flavor))
         .sum::<usize>();
     if let Some(pl) = &w.spec.placement {
+        n += std::mem::size_of::<tideway_api::workload::Placement>();
         n += pl.regions.iter().map(String::capacity).sum::<usize>()
             + pl.regions.capacity() * std::mem::size_of::<String>();
     }

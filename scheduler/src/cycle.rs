@@ -937,7 +937,7 @@ impl<'a> Cycle<'a> {
         self.pending(
             idx,
             PendingReason::QuotaExhausted {
-                queue: w.spec.queue.clone(),
+                queue: w.spec.queue.to_string(),
                 flavor: flavor.to_owned(),
                 used: 0,
                 limit: 0,

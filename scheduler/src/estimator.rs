@@ -165,7 +165,7 @@ mod tests {
             WorkloadClass::Training,
             vec![PodSet::new("w", 1, gpus, "H100")],
         );
-        spec.user = user.map(str::to_owned);
+        spec.user = user.map(Into::into);
         Workload::new(name, spec)
     }
 

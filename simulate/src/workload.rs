@@ -46,22 +46,22 @@ pub fn build_workload(job: &Job, default_flavor: &str, settings: &SimulatorSetti
                 w.metadata
                     .labels
                     .insert(settings.tuning.spread_label.clone(), r.clone());
-                w.spec.placement = Some(Placement {
+                w.spec.placement = Some(Box::new(Placement {
                     spread: true,
                     ..Placement::default()
-                });
+                }));
             }
             w
         }
         Shape::Workload(w) => {
             let mut w = (**w).clone();
-            w.spec.queue = job.queue.clone();
+            w.spec.queue = job.queue.clone().into();
             w
         }
     };
     w.metadata.uid = Some(job.uid.clone());
     if let Some(clusters) = settings.queue_clusters.get(&job.queue) {
-        let p = w.spec.placement.get_or_insert_with(Placement::default);
+        let p = w.spec.placement.get_or_insert_with(Box::default);
         p.clusters = clusters.clone();
     }
     w

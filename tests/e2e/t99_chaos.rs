@@ -68,7 +68,7 @@ async fn assert_quotas_held(addr: &str) -> Option<BTreeMap<String, u64>> {
             phase,
             WorkloadPhase::Admitted | WorkloadPhase::Assigned | WorkloadPhase::Running
         ) {
-            *used.entry(w.spec.queue.clone()).or_default() += w.spec.total_gpus();
+            *used.entry(w.spec.queue.to_string()).or_default() += w.spec.total_gpus();
         }
     }
     for (q, ceiling) in LAB_CEILINGS {

@@ -78,7 +78,7 @@ fn compare(
         let w = state.workload(uid)?;
         Some(DryRunWorkload {
             workload: w.metadata.name.clone(),
-            queue: w.spec.queue.clone(),
+            queue: w.spec.queue.to_string(),
             cluster: cluster.map(str::to_owned),
             reason: None,
         })

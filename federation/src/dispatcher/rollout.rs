@@ -50,7 +50,7 @@ pub fn observe(state: &FederationState, now: DateTime<Utc>) -> Option<RolloutObs
         {
             let window = chrono::Duration::seconds(*window_seconds as i64);
             let (mut before, mut after) = (Vec::new(), Vec::new());
-            for w in state.workloads.values().filter(|w| &w.spec.queue == queue) {
+            for w in state.workloads.values().filter(|w| w.spec.queue == queue) {
                 let Some(st) = &w.status else { continue };
                 let Some(sub) = st.submitted_at else { continue };
                 match (st.phase, st.admitted_at) {

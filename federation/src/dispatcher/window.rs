@@ -72,7 +72,7 @@ fn flavors(w: &Workload) -> Vec<String> {
         .pod_sets
         .iter()
         .filter(|p| u64::from(p.count) * u64::from(p.gpus_per_pod) > 0)
-        .map(|p| p.flavor.clone())
+        .map(|p| p.flavor.to_string())
         .collect();
     f.sort_unstable();
     f.dedup();
@@ -134,7 +134,7 @@ impl PendingIndex {
         let mut m = BTreeMap::new();
         for g in self.groups.values() {
             if let Some(w) = g.members.values().next() {
-                *m.entry(w.spec.queue.clone()).or_default() += g.members.len() as i64;
+                *m.entry(w.spec.queue.to_string()).or_default() += g.members.len() as i64;
             }
         }
         m

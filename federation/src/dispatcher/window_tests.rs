@@ -186,7 +186,7 @@ fn workload(kind: usize, user: u8, i: u64) -> Workload {
     spec.gang = Some(Gang { min_count: pods });
     spec.topology = rack.then_some(TopologyRequirement::Required(TopologyLevel::Rack));
     spec.runtime_estimate_seconds = est;
-    spec.user = (user > 0).then(|| format!("user{user}"));
+    spec.user = (user > 0).then(|| format!("user{user}").into());
     let mut w = Workload::new(format!("job{kind}-{i}"), spec);
     w.metadata.uid = Some(format!("uid-{i}"));
     w

@@ -124,14 +124,19 @@ async fn submit_checked(
                 format!("'{}' may not submit to queue '{}'", p.subject, w.spec.queue),
             ));
         }
-        w.spec.user = Some(p.subject);
+        w.spec.user = Some(p.subject.into());
     }
     w.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     check_template(&w, st.limits.max_template_bytes)?;
     // The queue's time limits: its default when the workload names none, its maximum
     // enforced (an unknown queue is refused below).
-    let queue = st.read(|d| d.state.queues.get(&w.spec.queue).map(|q| q.spec.clone()))?;
+    let queue = st.read(|d| {
+        d.state
+            .queues
+            .get(w.spec.queue.as_str())
+            .map(|q| q.spec.clone())
+    })?;
     if let Some(q) = queue {
         q.apply_time_limits(&mut w.spec)
             .map_err(|e| ApiError::Invalid(vec![e]))?;
@@ -454,7 +459,7 @@ pub async fn list(
             let Some(w) = d.state.workloads.get(&**name) else {
                 continue;
             };
-            if p.queue.as_ref().is_some_and(|q| &w.spec.queue != q)
+            if p.queue.as_ref().is_some_and(|q| w.spec.queue != q)
                 || !authz::readable(access.as_ref(), &w.spec.queue)
             {
                 continue;

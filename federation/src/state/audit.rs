@@ -378,7 +378,7 @@ impl FederationState {
                 version: None,
                 kind: AuditKind::Submitted,
                 workload: Some(w.metadata.name.clone()),
-                queue: Some(w.spec.queue.clone()),
+                queue: Some(w.spec.queue.to_string()),
                 cluster: None,
                 evidence: format!(
                     "submitted to queue '{}' with priority class '{}' by user {}",
@@ -396,7 +396,7 @@ impl FederationState {
                 version: None,
                 kind: AuditKind::Cancelled,
                 workload: Some(w.metadata.name.clone()),
-                queue: Some(w.spec.queue.clone()),
+                queue: Some(w.spec.queue.to_string()),
                 cluster: None,
                 evidence: w
                     .status
@@ -574,10 +574,13 @@ impl FederationState {
                         && st.cluster.as_deref() == Some(cluster.as_str())
                     {
                         recs.push(Rec {
-                            version: Some(self.policy.version_for(self.queues.get(&w.spec.queue))),
+                            version: Some(
+                                self.policy
+                                    .version_for(self.queues.get(w.spec.queue.as_str())),
+                            ),
                             kind: AuditKind::Assigned,
                             workload: Some(name.clone()),
-                            queue: Some(w.spec.queue.clone()),
+                            queue: Some(w.spec.queue.to_string()),
                             evidence: format!("attempt {} placed on {cluster}", st.attempts),
                             cluster: Some(cluster),
                         });
@@ -603,10 +606,13 @@ impl FederationState {
                             format!("last checkpoint at {t}")
                         });
                     recs.push(Rec {
-                        version: Some(self.policy.version_for(self.queues.get(&preemptor_queue))),
+                        version: Some(
+                            self.policy
+                                .version_for(self.queues.get(preemptor_queue.as_str())),
+                        ),
                         kind: AuditKind::Preempted,
                         workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.clone()),
+                        queue: Some(w.spec.queue.to_string()),
                         evidence: format!(
                             "to make room for {preemptor}: checkpoint and stop within {grace} s \
                              (notice at {at}); {checkpoint}"
@@ -635,7 +641,7 @@ impl FederationState {
                         version: None,
                         kind: AuditKind::CheckpointRequested,
                         workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.clone()),
+                        queue: Some(w.spec.queue.to_string()),
                         evidence: format!(
                             "a quota boundary lowers its side's share: checkpoint by {} and \
                              keep running; {last}",
@@ -665,7 +671,7 @@ impl FederationState {
                         version: None,
                         kind,
                         workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.clone()),
+                        queue: Some(w.spec.queue.to_string()),
                         cluster: Some(cluster.clone()),
                         evidence: st.message.unwrap_or_default(),
                     });
@@ -686,7 +692,7 @@ impl FederationState {
                         version: None,
                         kind: AuditKind::Checkpointed,
                         workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.clone()),
+                        queue: Some(w.spec.queue.to_string()),
                         cluster: Some(cluster.clone()),
                         evidence: format!(
                             "checkpoint at {}: a preemption now loses only the work since then",

@@ -140,13 +140,16 @@ impl FederationState {
     /// The references a workload makes that this state cannot satisfy, with their fields.
     pub fn check_references(&self, w: &Workload) -> Vec<FieldError> {
         let mut errs = Vec::new();
-        if !self.queues.contains_key(&w.spec.queue) {
+        if !self.queues.contains_key(w.spec.queue.as_str()) {
             errs.push(FieldError::new(
                 "spec.queue",
                 format!("queue '{}' does not exist", w.spec.queue),
             ));
         }
-        if !self.priority_classes.contains_key(&w.spec.priority_class) {
+        if !self
+            .priority_classes
+            .contains_key(w.spec.priority_class.as_str())
+        {
             errs.push(FieldError::new(
                 "spec.priorityClass",
                 format!("priority class '{}' does not exist", w.spec.priority_class),
@@ -163,7 +166,7 @@ impl FederationState {
     /// into a rejection when the log is replayed.
     pub fn check_permissions(&self, w: &Workload) -> Vec<FieldError> {
         let mut errs = Vec::new();
-        if let Some(q) = self.queues.get(&w.spec.queue)
+        if let Some(q) = self.queues.get(w.spec.queue.as_str())
             && !q.spec.serves(w.spec.class)
         {
             let classes: Vec<&str> = q.spec.classes.iter().map(|c| c.as_str()).collect();
@@ -177,7 +180,7 @@ impl FederationState {
                 ),
             ));
         }
-        if let Some(pc) = self.priority_classes.get(&w.spec.priority_class) {
+        if let Some(pc) = self.priority_classes.get(w.spec.priority_class.as_str()) {
             let user = w.spec.user.as_deref();
             let allowed = &pc.spec.allowed_users;
             if !allowed.is_empty() && !user.is_some_and(|u| allowed.iter().any(|a| a == u)) {
@@ -191,7 +194,7 @@ impl FederationState {
                 ));
             }
             let queues = &pc.spec.allowed_queues;
-            if !queues.is_empty() && !queues.contains(&w.spec.queue) {
+            if !queues.is_empty() && !queues.iter().any(|q| *q == w.spec.queue) {
                 errs.push(FieldError::new(
                     "spec.priorityClass",
                     format!(
@@ -540,7 +543,7 @@ mod tests {
     fn w(queue: &str, class: WorkloadClass, pc: &str, user: Option<&str>) -> Workload {
         let mut spec = WorkloadSpec::new(queue, class, vec![PodSet::new("p", 1, 1, "L40S")]);
         spec.priority_class = pc.into();
-        spec.user = user.map(str::to_string);
+        spec.user = user.map(Into::into);
         Workload::new("w", spec)
     }
 

@@ -200,7 +200,7 @@ impl FederationState {
         if running && !open {
             let tenant = self
                 .queues
-                .get(&w.spec.queue)
+                .get(w.spec.queue.as_str())
                 .map(|q| q.spec.tenant.clone())
                 .unwrap_or_default();
             let start = status.started_at.unwrap_or(at);
@@ -209,7 +209,7 @@ impl FederationState {
                 .gpus_by_flavor()
                 .into_iter()
                 .map(|(flavor, gpus)| Run {
-                    queue: w.spec.queue.clone(),
+                    queue: w.spec.queue.to_string(),
                     tenant: tenant.clone(),
                     flavor: flavor.to_string(),
                     gpus,

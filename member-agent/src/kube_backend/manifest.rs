@@ -198,7 +198,7 @@ fn pod_template(config: &KubeConfig, a: &Assignment, ps: &PodSet) -> Result<Valu
         if let Some(limit) = a.workload.spec.runtime_limit_seconds {
             spec.insert("activeDeadlineSeconds".to_owned(), json!(limit));
         }
-        return Ok(template);
+        return Ok(*template);
     }
 
     let mut resources = Map::new();

@@ -386,13 +386,13 @@ async fn ensure_rejects_what_kueue_cannot_run_without_calling_the_api() {
 fn a_template_is_passed_through_with_the_placement_selector_added() {
     let cfg = config(SchedulerMode::Volcano);
     let mut a = volcano_assignment();
-    a.workload.spec.template = Some(json!({
+    a.workload.spec.template = Some(Box::new(json!({
         "metadata": {"annotations": {"team": "nlp"}},
         "spec": {
             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG"},
             "containers": [{"name": "trainer", "image": "ghcr.io/example/llama:1"}]
         }
-    }));
+    })));
     let job = manifest::volcano_job(&cfg, &a).expect("job");
     let template = &job.data["spec"]["tasks"][0]["template"];
     assert_eq!(
@@ -409,7 +409,7 @@ fn a_template_is_passed_through_with_the_placement_selector_added() {
             }
         })
     );
-    a.workload.spec.template = Some(json!("not a pod template"));
+    a.workload.spec.template = Some(Box::new(json!("not a pod template")));
     assert!(manifest::volcano_job(&cfg, &a).is_err());
 }
 
@@ -432,7 +432,7 @@ fn the_runtime_limit_becomes_the_pods_active_deadline() {
         a.workload.spec.runtime_limit_seconds = Some(7200);
         assert_eq!(template(&a)["spec"]["activeDeadlineSeconds"], json!(7200));
         // A user's own template gets it too.
-        a.workload.spec.template = Some(json!({"spec": {"containers": []}}));
+        a.workload.spec.template = Some(Box::new(json!({"spec": {"containers": []}})));
         assert_eq!(template(&a)["spec"]["activeDeadlineSeconds"], json!(7200));
     }
 }

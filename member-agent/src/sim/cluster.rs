@@ -806,7 +806,7 @@ impl SimCluster {
                 return Err(SimError::NoSuchFlavor {
                     uid: uid.to_owned(),
                     index,
-                    flavor: set.flavor.clone(),
+                    flavor: set.flavor.to_string(),
                     scope: pool
                         .map_or_else(|| format!("cluster {}", self.name), |p| format!("pool {p}")),
                 });

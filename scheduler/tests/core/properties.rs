@@ -192,10 +192,10 @@ fn to_workload(uid: &str, g: &WorkGen, queues: usize) -> tideway_api::Workload {
     }
     if g.spread {
         w.spec.class = tideway_api::WorkloadClass::Inference;
-        w.spec.placement = Some(tideway_api::Placement {
+        w.spec.placement = Some(Box::new(tideway_api::Placement {
             spread: true,
             ..tideway_api::Placement::default()
-        });
+        }));
     }
     if g.checkpoint {
         w = with_checkpoint(w);
@@ -268,7 +268,7 @@ fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), St
     for r in &input.running {
         for (f, n) in r.workload.spec.gpus_by_flavor() {
             *used
-                .entry((r.workload.spec.queue.clone(), f.to_owned()))
+                .entry((r.workload.spec.queue.to_string(), f.to_owned()))
                 .or_insert(0) += n;
         }
     }
@@ -295,10 +295,10 @@ fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), St
                     if let Some(r) = input
                         .running
                         .iter()
-                        .find(|r| uid_of(&r.workload) == v && &r.workload.spec.queue == queue)
+                        .find(|r| uid_of(&r.workload) == v && r.workload.spec.queue == queue)
                     {
                         for (f, n) in r.workload.spec.gpus_by_flavor() {
-                            if let Some(u) = used.get_mut(&(queue.clone(), f.to_owned())) {
+                            if let Some(u) = used.get_mut(&(queue.to_string(), f.to_owned())) {
                                 *u = u.saturating_sub(n);
                             }
                         }
@@ -310,7 +310,7 @@ fn check_quotas(input: &SchedulerInput, decisions: &[Decision]) -> Result<(), St
         };
         let w = pending[uid.as_str()];
         for (f, n) in w.spec.gpus_by_flavor() {
-            let key = (w.spec.queue.clone(), f.to_owned());
+            let key = (w.spec.queue.to_string(), f.to_owned());
             *used.entry(key.clone()).or_insert(0) += n;
             let after = used[&key];
             let (cohort, fq) = quota(&w.spec.queue, f).ok_or("admitted without quota entry")?;

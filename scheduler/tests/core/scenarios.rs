@@ -146,10 +146,10 @@ fn reason_fragmentation() {
 fn reason_no_matching_cluster() {
     let mut f = one(2);
     let mut w = workload("w", "q", "normal", "H100", 1, 8);
-    w.spec.placement = Some(Placement {
+    w.spec.placement = Some(Box::new(Placement {
         regions: vec!["mars".into()],
         ..Placement::default()
-    });
+    }));
     f.submit(w);
     f.submit(workload("a", "q", "normal", "A100", 1, 8));
     let out = f.cycle();
@@ -707,10 +707,10 @@ fn spread_replicas_over_clusters_and_regions() {
         let mut w = workload(&format!("r{i}"), "serve", "normal", "L4", 1, 1);
         w.spec.class = WorkloadClass::Inference;
         w.spec.gang = None;
-        w.spec.placement = Some(Placement {
+        w.spec.placement = Some(Box::new(Placement {
             spread: true,
             ..Placement::default()
-        });
+        }));
         f.submit(w);
     }
     let out = f.cycle();

@@ -381,7 +381,7 @@ impl Fleet {
         let ci = self.cluster_index(cluster);
         let pool = self.clusters[ci].pools[0].name.clone();
         let placement = tideway_scheduler::input::PoolPlacement {
-            flavor: w.spec.pod_sets[0].flavor.clone(),
+            flavor: w.spec.pod_sets[0].flavor.to_string(),
             pool,
             domain: None,
             pods: vec![tideway_scheduler::input::PodCount {

@@ -163,7 +163,12 @@ impl Engine {
                 Shape::Pods { flavor, .. } => {
                     vec![flavor.clone().unwrap_or_else(|| default_flavor.clone())]
                 }
-                Shape::Workload(w) => w.spec.pod_sets.iter().map(|p| p.flavor.clone()).collect(),
+                Shape::Workload(w) => w
+                    .spec
+                    .pod_sets
+                    .iter()
+                    .map(|p| p.flavor.to_string())
+                    .collect(),
             };
             for f in names {
                 if !flavors.contains(&f) {

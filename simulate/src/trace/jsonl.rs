@@ -49,7 +49,7 @@ pub fn read(
                     continue;
                 }
                 if let Some(q) = &forced_queue {
-                    w.spec.queue = q.clone();
+                    w.spec.queue = q.clone().into();
                 }
                 let uid = w
                     .metadata
@@ -58,8 +58,8 @@ pub fn read(
                     .unwrap_or_else(|| w.metadata.name.clone());
                 jobs.push(Job {
                     uid,
-                    tenant: w.spec.queue.clone(),
-                    queue: w.spec.queue.clone(),
+                    tenant: w.spec.queue.to_string(),
+                    queue: w.spec.queue.to_string(),
                     class: w.spec.class,
                     submit,
                     runtime,
