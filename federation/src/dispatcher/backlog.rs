@@ -32,7 +32,7 @@ pub struct Completion {
 /// so everything is copied), and where the journal stood.
 #[derive(Debug)]
 pub struct Changes {
-    names: Option<Vec<String>>,
+    names: Option<Vec<Arc<str>>>,
     cursor: ChangeCursor,
 }
 
@@ -85,7 +85,7 @@ impl Backlog {
             names: self
                 .cursor
                 .and_then(|c| state.workloads.changed_since(c))
-                .map(<[String]>::to_vec),
+                .map(<[Arc<str>]>::to_vec),
             cursor: state.workloads.cursor(),
         }
     }
@@ -109,7 +109,7 @@ impl Backlog {
             self.cursor = Some(cursor);
             return state.order.len();
         };
-        let names: HashSet<&str> = changed.iter().map(String::as_str).collect();
+        let names: HashSet<&str> = changed.iter().map(|n| &**n).collect();
         for name in &names {
             if let Some(seq) = self.seq_of.get(*name).copied() {
                 self.unfile(seq);

@@ -85,14 +85,14 @@ fn changes(
             if rv <= from || !in_scope(n, Some(&w.spec.queue)) {
                 continue;
             }
-            let kind = if from == 0 || added.contains(n.as_str()) {
+            let kind = if from == 0 || added.contains(&**n) {
                 WatchEventType::Added
             } else {
                 WatchEventType::Modified
             };
             items.push(WatchEvent {
                 kind,
-                name: n.clone(),
+                name: n.to_string(),
                 resource_version: rv,
                 object: Some(tideway_api::Workload::clone(w)),
             });

@@ -149,7 +149,7 @@ async fn submit_checked(
             None => {}
         }
         // A taken name is refused here, so a refused submission writes nothing to the log.
-        if d.state.workloads.contains_key(&w.metadata.name) {
+        if d.state.workloads.contains_key(w.metadata.name.as_str()) {
             return Err(ApiError::from(Rejection::Conflict {
                 name: w.metadata.name.clone(),
             }));

@@ -73,7 +73,7 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
 /// The UID workload `w` has now (a compacted name comes back with a new UID).
 fn uid(s: &FederationState, w: u8) -> String {
     s.workloads
-        .get(&format!("w{w}"))
+        .get(format!("w{w}").as_str())
         .and_then(|w| w.metadata.uid.clone())
         .unwrap_or_else(|| format!("u{w}"))
 }

@@ -566,7 +566,7 @@ impl FederationState {
             }),
             (Hint::Assign { assigns, victims }, _) => {
                 for (name, cluster) in assigns {
-                    let Some(w) = self.workloads.get(&name) else {
+                    let Some(w) = self.workloads.get(name.as_str()) else {
                         continue;
                     };
                     let st = w.status.clone().unwrap_or_default();
@@ -704,7 +704,7 @@ impl FederationState {
             (Hint::Compact { names }, CommandResult::Updated { count }) if *count > 0 => {
                 let gone: Vec<&String> = names
                     .iter()
-                    .filter(|n| !self.workloads.contains_key(*n))
+                    .filter(|n| !self.workloads.contains_key(n.as_str()))
                     .collect();
                 for name in gone {
                     recs.push(Rec {

@@ -48,7 +48,8 @@ impl FederationState {
         } else {
             self.uids.get(id).map(|n| n.to_string())
         };
-        let Some((name, w)) = name.and_then(|n| self.workloads.get(&n).map(|w| (n, w))) else {
+        let Some((name, w)) = name.and_then(|n| self.workloads.get(n.as_str()).map(|w| (n, w)))
+        else {
             return Err(not_found(id));
         };
         match w.status.as_ref().map(|s| s.phase).unwrap_or_default() {
@@ -123,7 +124,7 @@ impl FederationState {
     pub(super) fn compact(&mut self, names: &[String], before: DateTime<Utc>) -> CommandResult {
         let mut removed = 0u32;
         for name in names {
-            let Some(w) = self.workloads.get(name) else {
+            let Some(w) = self.workloads.get(name.as_str()) else {
                 continue;
             };
             if finished_at(w).is_none_or(|f| f >= before) {

@@ -491,7 +491,7 @@ impl FederationState {
             Some(Err(rejection)) => return CommandResult::Rejected { rejection },
             None => {}
         }
-        if self.workloads.contains_key(&w.metadata.name) {
+        if self.workloads.contains_key(w.metadata.name.as_str()) {
             return CommandResult::Rejected {
                 rejection: Rejection::Conflict {
                     name: w.metadata.name.clone(),
@@ -521,13 +521,13 @@ impl FederationState {
         self.idempotency.insert(
             key,
             IdempotencyRecord {
-                workload: name,
+                workload: name.clone(),
                 at,
                 uid,
                 digest: Some(idempotency::submission_digest(&w)),
             },
         );
-        self.workloads.insert(w.metadata.name.clone(), w.clone());
+        self.workloads.insert(name, w.clone());
         CommandResult::Created {
             object: StoredObject::Workload(Box::new(w)),
         }

@@ -47,7 +47,7 @@ struct Journal {
     id: u64,
     /// Position of `names[0]`.
     start: u64,
-    names: Vec<String>,
+    names: Vec<Arc<str>>,
 }
 
 impl Default for Journal {
@@ -61,7 +61,7 @@ impl Default for Journal {
 }
 
 /// The workloads by name, each shared with any copy that holds it.
-pub type WorkloadMap = imbl::OrdMap<String, Arc<Workload>>;
+pub type WorkloadMap = imbl::OrdMap<Arc<str>, Arc<Workload>>;
 
 /// Workloads by name, and the journal of changed names.
 #[derive(Debug, Default)]
@@ -110,9 +110,9 @@ impl std::ops::Deref for Workloads {
 }
 
 impl<'a> IntoIterator for &'a Workloads {
-    type Item = (&'a String, &'a Arc<Workload>);
+    type Item = (&'a Arc<str>, &'a Arc<Workload>);
     type IntoIter =
-        imbl::ordmap::Iter<'a, String, Arc<Workload>, imbl::shared_ptr::DefaultSharedPtr>;
+        imbl::ordmap::Iter<'a, Arc<str>, Arc<Workload>, imbl::shared_ptr::DefaultSharedPtr>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.map.iter()
@@ -122,28 +122,29 @@ impl<'a> IntoIterator for &'a Workloads {
 impl Workloads {
     /// The workload `name`, to change: the change is journaled.
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Workload> {
-        if !self.map.contains_key(name) {
-            return None;
-        }
-        self.note(name);
+        let (key, _) = self.map.get_key_value(name)?;
+        self.note_shared(key.clone());
         self.map.get_mut(name).map(Arc::make_mut)
     }
 
-    /// Stores `w` as `name` (replacing any).
-    pub fn insert(&mut self, name: String, w: Workload) -> Option<Workload> {
-        self.note(&name);
+    /// Stores `w` as `name` (replacing any). The key is an `Arc<str>` so that the indexes
+    /// beside the map (submission order, UIDs, idempotency records) and the journal share
+    /// one copy of the name instead of each holding its own.
+    pub fn insert(&mut self, name: impl Into<Arc<str>>, w: Workload) -> Option<Workload> {
+        let name = name.into();
+        self.note_shared(name.clone());
         self.map.insert(name, Arc::new(w)).map(Arc::unwrap_or_clone)
     }
 
     /// Forgets `name`.
     pub fn remove(&mut self, name: &str) -> Option<Workload> {
-        let w = self.map.remove(name)?;
-        self.note(name);
+        let (key, w) = self.map.remove_with_key(name)?;
+        self.note_shared(key);
         Some(Arc::unwrap_or_clone(w))
     }
 
-    fn note(&mut self, name: &str) {
-        self.journal.names.push(name.to_string());
+    fn note_shared(&mut self, name: Arc<str>) {
+        self.journal.names.push(name);
         let cap = SLACK + self.map.len() / PER_WORKLOADS;
         if self.journal.names.len() > cap {
             let dropped = self.journal.names.len() - cap / 2;
@@ -162,7 +163,7 @@ impl Workloads {
 
     /// The names changed since `cursor` (with repeats), or `None` when the journal no longer
     /// reaches back that far or is another value's: the reader copies everything again.
-    pub fn changed_since(&self, cursor: ChangeCursor) -> Option<&[String]> {
+    pub fn changed_since(&self, cursor: ChangeCursor) -> Option<&[Arc<str>]> {
         if cursor.journal != self.journal.id || cursor.position < self.journal.start {
             return None;
         }
@@ -189,16 +190,16 @@ mod tests {
     #[test]
     fn a_reader_sees_every_changed_name_once_behind_and_starts_over_when_lost() {
         let mut ws = Workloads::default();
-        ws.insert("a".into(), workload("a"));
+        ws.insert("a", workload("a"));
         let cursor = ws.cursor();
         assert_eq!(ws.changed_since(cursor), Some(&[][..]));
         if let Some(w) = ws.get_mut("a") {
             w.spec.queue = "other".into();
         }
-        ws.insert("b".into(), workload("b"));
+        ws.insert("b", workload("b"));
         ws.remove("a");
         assert!(ws.get_mut("missing").is_none());
-        let seen = ws.changed_since(cursor).map(<[String]>::to_vec);
+        let seen = ws.changed_since(cursor).map(<[Arc<str>]>::to_vec);
         assert_eq!(seen, Some(vec!["a".into(), "b".into(), "a".into()]));
         // A clone or a decoded copy is another journal: the cursor does not apply there.
         assert_eq!(ws.clone().changed_since(cursor), None);
@@ -219,7 +220,7 @@ mod tests {
             let _ = ws.get_mut("b");
         }
         assert_eq!(
-            ws.changed_since(recent).map(<[String]>::len),
+            ws.changed_since(recent).map(<[Arc<str>]>::len),
             Some(SLACK / 4)
         );
         assert_eq!(ws.changed_since(ws.cursor()), Some(&[][..]));
@@ -229,7 +230,7 @@ mod tests {
     fn a_copy_keeps_what_it_copied_while_the_original_changes() {
         let mut ws = Workloads::default();
         for n in ["a", "b", "c"] {
-            ws.insert(n.into(), workload(n));
+            ws.insert(n, workload(n));
         }
         let copy = ws.clone();
         let before = rmp_serde::to_vec_named(&ws).expect("encode");
@@ -237,7 +238,7 @@ mod tests {
             w.spec.queue = "changed".into();
         }
         ws.remove("c");
-        ws.insert("d".into(), workload("d"));
+        ws.insert("d", workload("d"));
         assert_eq!(
             copy.get("b").map(|w| w.spec.queue.as_str()),
             Some("default")
@@ -258,7 +259,7 @@ mod tests {
         let mut ws = Workloads::default();
         for n in ["x", "a", "m"] {
             plain.insert(n.to_string(), workload(n));
-            ws.insert(n.into(), workload(n));
+            ws.insert(n, workload(n));
         }
         let bytes = rmp_serde::to_vec_named(&plain).expect("encode");
         assert_eq!(rmp_serde::to_vec_named(&ws).expect("encode"), bytes);
