@@ -737,7 +737,7 @@ pub fn print_events(
     fmt: OutputFormat,
 ) -> anyhow::Result<()> {
     let now = now();
-    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let dash = |v: &Option<tideway_api::CompactString>| v.as_deref().unwrap_or("-").to_string();
     match fmt {
         OutputFormat::Json => {
             for e in items {
@@ -754,7 +754,7 @@ pub fn print_events(
                         e.seq.to_string(),
                         age(Some(e.at), now),
                         e.kind.as_str().to_string(),
-                        e.actor.clone(),
+                        e.actor.to_string(),
                         dash(&e.workload),
                         dash(&e.cluster),
                         e.policy_version.to_string(),
@@ -783,7 +783,7 @@ pub fn print_events(
                         e.at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
                         e.index.to_string(),
                         e.kind.as_str().to_string(),
-                        e.actor.clone(),
+                        e.actor.to_string(),
                         dash(&e.workload),
                         dash(&e.queue),
                         dash(&e.cluster),

@@ -160,7 +160,7 @@ pub async fn replay(
     let mut lines = Vec::new();
     let mut missing = 0;
     for e in subs.iter().filter(|e| e.at >= from && e.at <= to) {
-        match e.workload.as_ref().and_then(|n| workloads.get(n)) {
+        match e.workload.as_ref().and_then(|n| workloads.get(n.as_str())) {
             Some(w) => lines.push(trace_line(w, e.at)?),
             None => missing += 1,
         }

@@ -1,6 +1,7 @@
 //! The audit trail: one record per change of the replicated state, with who did it.
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// What changed.
@@ -119,18 +120,22 @@ pub struct AuditEvent {
     pub kind: AuditKind,
     /// The authenticated subject, `agent:CLUSTER` for a member's report, or `system:leader`
     /// for the leader's own decisions (scheduling, health, compaction).
-    pub actor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub actor: CompactString,
     /// The log index of the last policy change (queue or priority class) in force.
     pub policy_version: u64,
     /// The workload it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workload: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub workload: Option<CompactString>,
     /// The queue it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub queue: Option<CompactString>,
     /// The member cluster it concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub cluster: Option<CompactString>,
     /// What happened, in words, with the numbers that justify it.
     pub evidence: String,
 }

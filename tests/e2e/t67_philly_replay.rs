@@ -306,7 +306,7 @@ async fn a_philly_slice_replayed_live_agrees_with_the_simulator() {
         .expect("events")
         .items
         .into_iter()
-        .filter_map(|e| Some((e.workload?, e.at)))
+        .filter_map(|e| Some((e.workload?.into(), e.at)))
         .collect();
     let secs = |t: DateTime<Utc>| t.timestamp_millis() as f64 / 1000.0;
     let mut times = Times::new();
@@ -346,7 +346,7 @@ async fn a_philly_slice_replayed_live_agrees_with_the_simulator() {
         .expect("events")
         .items
         .into_iter()
-        .filter_map(|e| e.workload)
+        .filter_map(|e| e.workload.map(Into::into))
         .collect();
     assert_eq!(assigned, admission_order(&sim), "order of admission");
 

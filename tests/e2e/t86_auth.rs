@@ -298,7 +298,7 @@ async fn tokens_are_required_and_refusals_write_nothing() {
     let who: Vec<(String, String)> = ev
         .items
         .iter()
-        .map(|e| (e.kind.as_str().to_string(), e.actor.clone()))
+        .map(|e| (e.kind.as_str().to_string(), e.actor.to_string()))
         .collect();
     assert_eq!(
         who,

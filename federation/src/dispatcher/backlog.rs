@@ -54,8 +54,9 @@ pub struct Backlog {
     /// The pending workloads again, by group, each in the core's order: the cycle reads the
     /// heads from here.
     pub index: PendingIndex,
-    /// Pending and active workloads by uid.
-    uid_seq: HashMap<String, u64>,
+    /// Pending and active workloads by uid. The uids are the state's UID index's own copies,
+    /// shared, not copied: a copy per pending workload was about 90 MB at a million.
+    uid_seq: HashMap<Arc<str>, u64>,
     /// Pending entries changed since the index was last brought up to date: filing one in
     /// the index (its group key) is left for [`Backlog::settle`], after the state lock.
     dirty: Vec<u64>,
@@ -102,7 +103,7 @@ impl Backlog {
             for (seq, name) in &state.order {
                 self.seq_of.insert(name.clone(), *seq);
                 if let Some(w) = state.workloads.get(&**name) {
-                    self.file(*seq, w);
+                    self.file(state, *seq, w);
                 }
             }
             self.next_seq = next_seq(state);
@@ -126,7 +127,7 @@ impl Backlog {
                 }
                 Some(w) => {
                     if let Some(seq) = self.seq_of.get(*name).copied() {
-                        self.file(seq, w);
+                        self.file(state, seq, w);
                     }
                 }
             }
@@ -158,28 +159,35 @@ impl Backlog {
             .or_else(|| self.active.remove(&seq));
         self.succeeded.remove(&seq);
         self.dirty.push(seq);
-        if let Some(uid) = gone.as_ref().and_then(|w| w.metadata.uid.as_ref()) {
+        if let Some(uid) = gone.as_ref().and_then(|w| w.metadata.uid.as_deref()) {
             self.uid_seq.remove(uid);
         }
     }
 
+    /// Indexes `w` by its uid, keyed by the state's own copy of it.
+    fn note_uid(&mut self, state: &FederationState, w: &Workload, seq: u64) {
+        let Some(uid) = w.metadata.uid.as_deref() else {
+            return;
+        };
+        let shared = state
+            .uids
+            .get_key_value(uid)
+            .map_or_else(|| Arc::from(uid), |(k, _)| k.clone());
+        self.uid_seq.insert(shared, seq);
+    }
+
     /// Files `w` by its phase; the copy shares the state's allocation (see
     /// [`crate::state::workloads`]), so a whole copy of a large backlog clones no workload.
-    fn file(&mut self, seq: u64, w: &Arc<Workload>) {
+    fn file(&mut self, state: &FederationState, seq: u64, w: &Arc<Workload>) {
         let Some(st) = &w.status else { return };
         match st.phase {
             WorkloadPhase::Pending => {
-                let w = w.clone();
-                if let Some(uid) = &w.metadata.uid {
-                    self.uid_seq.insert(uid.clone(), seq);
-                }
+                self.note_uid(state, w, seq);
                 self.dirty.push(seq);
-                self.pending.insert(seq, w);
+                self.pending.insert(seq, w.clone());
             }
             WorkloadPhase::Assigned | WorkloadPhase::Running => {
-                if let Some(uid) = &w.metadata.uid {
-                    self.uid_seq.insert(uid.clone(), seq);
-                }
+                self.note_uid(state, w, seq);
                 self.active.insert(seq, w.clone());
             }
             WorkloadPhase::Succeeded => {

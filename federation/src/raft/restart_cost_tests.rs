@@ -5,6 +5,8 @@
 //! loop behind `tideway bench scale`'s restart figures, which take half an hour at a
 //! million; each step asserts it did the real work.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, TimeZone, Utc};
 use tideway_api::Workload;
 use tideway_api::clock::{Clock, RealClock};
@@ -131,10 +133,40 @@ fn restart_cost_per_workload() {
         let workload = heap_bytes().saturating_sub(before);
         assert_eq!(copies.len() as u64, n / PER_ENTRY * PER_ENTRY);
         drop(copies);
+        // The map's own nodes and keys (its values shared with `state`, so only the nodes
+        // and fresh copies of the keys are freed).
+        let before = heap_bytes();
+        let map: crate::state::workloads::WorkloadMap = state
+            .workloads
+            .iter()
+            .map(|(k, v)| (Arc::<str>::from(&**k), v.clone()))
+            .collect();
+        let map_bytes = heap_bytes().saturating_sub(before);
+        drop(map);
+        // The audit trail: one record per submission, up to its cap.
+        let before = heap_bytes();
+        let trail: Vec<_> = state.audit.events.iter().cloned().collect();
+        let audit = heap_bytes().saturating_sub(before);
+        assert_eq!(
+            trail.len(),
+            (n as usize).min(crate::state::audit::MAX_EVENTS)
+        );
+        drop(trail);
+        // What a leader holds beside the state: its scheduling cycle's copy of the backlog.
+        let before = heap_bytes();
+        let mut backlog = crate::dispatcher::backlog::Backlog::of(&state);
+        backlog.settle();
+        let backlog_bytes = heap_bytes().saturating_sub(before);
+        assert_eq!(backlog.pending.len() as u64, n / PER_ENTRY * PER_ENTRY);
+        drop(backlog);
         println!(
-            "heap per workload: the indexes {:.0} B, a workload's copy {:.0} B",
+            "heap per workload: the indexes {:.0} B, a workload's copy {:.0} B, the map's \
+             nodes and keys {:.0} B, the audit trail {:.0} B; a leader's backlog {:.0} B",
             indexes as f64 / n as f64,
-            workload as f64 / n as f64
+            workload as f64 / n as f64,
+            map_bytes as f64 / n as f64,
+            audit as f64 / n as f64,
+            backlog_bytes as f64 / n as f64,
         );
     }
 

@@ -114,7 +114,7 @@ fn changes(
             if visible && name.is_none_or(|x| x == n) && scope.queue.is_none() {
                 items.push(WatchEvent {
                     kind: WatchEventType::Deleted,
-                    name: n.clone(),
+                    name: n.to_string(),
                     resource_version: e.index,
                     object: None,
                 });

@@ -728,11 +728,11 @@ impl FederationState {
                 index,
                 at,
                 kind: r.kind,
-                actor: actor.clone(),
+                actor: actor.as_str().into(),
                 policy_version: r.version.unwrap_or(current),
-                workload: r.workload,
-                queue: r.queue,
-                cluster: r.cluster,
+                workload: r.workload.map(Into::into),
+                queue: r.queue.map(Into::into),
+                cluster: r.cluster.map(Into::into),
                 evidence: r.evidence,
             });
         }
