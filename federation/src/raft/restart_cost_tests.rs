@@ -21,14 +21,15 @@ fn t(s: i64) -> DateTime<Utc> {
 }
 
 /// The bench's mix of shapes (`tideway bench scale`), stamped as the API stamps a
-/// submission without an `Idempotency-Key`.
+/// submission without an `Idempotency-Key` (its UID is its key).
 fn submission(i: u64) -> Command {
     let body = crate::scale_mix::workload_json(&format!("scale-{i}"), i);
     let mut w: Workload = serde_json::from_str(&body).expect("workload");
-    w.metadata.uid = Some(tideway_api::new_uid());
+    let uid = tideway_api::new_uid();
+    w.metadata.uid = Some(uid.clone());
     Command::SubmitWorkload {
         workload: Box::new(w),
-        idempotency_key: format!("gen-{}", uuid::Uuid::new_v4()),
+        idempotency_key: uid,
         at: t(i as i64 / 1000),
     }
 }

@@ -171,4 +171,38 @@ mod tests {
             "nothing changed"
         );
     }
+
+    #[test]
+    fn a_submission_keyed_by_its_uid_holds_one_copy_of_it_and_replays_the_same() {
+        use std::sync::Arc;
+
+        use chrono::TimeZone;
+
+        use crate::state::FederationState;
+        use crate::state::command::{Command, CommandResult};
+
+        let at = chrono::Utc
+            .timestamp_opt(1_800_000_000, 0)
+            .single()
+            .expect("time");
+        let mut s = FederationState::default();
+        let mut sub = w(1);
+        sub.metadata.uid = Some("0b6c2f3e-6f0e-4d7e-9a55-3f6f1f6f2a11".into());
+        let cmd = Command::SubmitWorkload {
+            workload: Box::new(sub),
+            idempotency_key: "0b6c2f3e-6f0e-4d7e-9a55-3f6f1f6f2a11".into(),
+            at,
+        };
+        let replay = cmd.clone();
+        assert!(matches!(s.apply(1, cmd), CommandResult::Created { .. }));
+        let (key, rec) = s.idempotency.iter().next().expect("a record");
+        let (uid, _) = s.uids.iter().next().expect("a uid");
+        assert!(Arc::ptr_eq(key, uid), "the key is the UID index's string");
+        assert!(rec.uid.as_ref().is_some_and(|u| Arc::ptr_eq(u, uid)));
+        let (_, expiring) = s.idempotency_expiry.iter().next().expect("an expiry");
+        assert!(Arc::ptr_eq(expiring, uid));
+        // The server's own retry of the same command is a replay, not a conflict.
+        assert!(matches!(s.apply(2, replay), CommandResult::Existing { .. }));
+        assert_eq!(s.workloads.len(), 1);
+    }
 }

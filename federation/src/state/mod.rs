@@ -516,7 +516,12 @@ impl FederationState {
         if let Some(uid) = &uid {
             self.uids.insert(uid.clone(), name.clone());
         }
-        let key: Arc<str> = key.into();
+        // A submission without a client key carries its UID as the key (see the API's
+        // submit): one string then serves the record, its expiry and the UID index.
+        let key: Arc<str> = match &uid {
+            Some(u) if **u == *key => u.clone(),
+            _ => key.into(),
+        };
         self.idempotency_expiry.insert((at, key.clone()));
         self.idempotency.insert(
             key,
