@@ -103,7 +103,9 @@ impl StateMachineStore {
     }
 
     fn restore(&self, bytes: &[u8]) -> io::Result<()> {
-        let SnapshotFormat::V1(body) = decode_snapshot(bytes)?;
+        let SnapshotFormat::V1(mut body) = decode_snapshot(bytes)?;
+        // Before the lock: the state is not yet anyone else's.
+        body.state.share_strings();
         let mut d = self.data.write().map_err(io_err)?;
         d.last_applied = body.last_applied;
         d.membership = body.membership;

@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod members;
 pub mod policy;
 pub mod scheduling;
+pub mod shared_strings;
 pub mod tidal;
 pub mod usage;
 pub mod webhooks;
