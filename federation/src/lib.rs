@@ -9,6 +9,7 @@
 
 pub mod dispatcher;
 pub mod hex;
+pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod propose;
