@@ -12,6 +12,7 @@ use tideway_api::Workload;
 use tideway_api::clock::{Clock, RealClock};
 
 use super::*;
+use crate::memory::rss_kib;
 use crate::state::command::{Command, Request};
 
 fn t(s: i64) -> DateTime<Utc> {
@@ -59,17 +60,6 @@ fn heap_bytes() -> usize {
     // SAFETY: mallinfo2 only reads the allocator's counters; glibc 2.33 and later.
     let m = unsafe { mallinfo2() };
     m.uordblks + m.hblkhd
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[test]

@@ -126,17 +126,20 @@ mod tests {
         }
     }
 
+    fn at() -> chrono::DateTime<chrono::Utc> {
+        use chrono::TimeZone;
+        chrono::Utc
+            .timestamp_opt(1_800_000_000, 0)
+            .single()
+            .expect("time")
+    }
+
     #[test]
     fn a_key_replays_its_own_submission_and_refuses_other_content() {
-        use chrono::TimeZone;
-
         use crate::state::FederationState;
         use crate::state::command::{Command, CommandResult, Rejection};
 
-        let at = chrono::Utc
-            .timestamp_opt(1_800_000_000, 0)
-            .single()
-            .expect("time");
+        let at = at();
         let mut s = FederationState::default();
         let submit = |s: &mut FederationState, index: u64, mut w: Workload| {
             w.metadata.uid = Some(format!("uid-{index}"));
@@ -176,22 +179,16 @@ mod tests {
     fn a_submission_keyed_by_its_uid_holds_one_copy_of_it_and_replays_the_same() {
         use std::sync::Arc;
 
-        use chrono::TimeZone;
-
         use crate::state::FederationState;
         use crate::state::command::{Command, CommandResult};
 
-        let at = chrono::Utc
-            .timestamp_opt(1_800_000_000, 0)
-            .single()
-            .expect("time");
         let mut s = FederationState::default();
         let mut sub = w(1);
         sub.metadata.uid = Some("0b6c2f3e-6f0e-4d7e-9a55-3f6f1f6f2a11".into());
         let cmd = Command::SubmitWorkload {
             workload: Box::new(sub),
             idempotency_key: "0b6c2f3e-6f0e-4d7e-9a55-3f6f1f6f2a11".into(),
-            at,
+            at: at(),
         };
         let replay = cmd.clone();
         assert!(matches!(s.apply(1, cmd), CommandResult::Created { .. }));
