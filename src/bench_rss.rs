@@ -41,10 +41,7 @@ fn body(name: &str) -> String {
 pub(crate) fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS line")
+    tideway_federation::memory::vm_rss_kib(&s).context("no VmRSS line")
 }
 
 struct Dev {

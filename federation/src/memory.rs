@@ -30,10 +30,24 @@ pub fn release_free_pages() -> f64 {
 pub fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
+        .and_then(|s| vm_rss_kib(&s))
         .unwrap_or(0)
+}
+
+/// The `VmRSS` line of a `/proc/PID/status` text, in KiB.
+pub fn vm_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_resident_set_is_read_from_its_line() {
+        let status = "Name:\ttideway\nVmPeak:\t  900 kB\nVmRSS:\t  123456 kB\nThreads:\t8\n";
+        assert_eq!(super::vm_rss_kib(status), Some(123_456));
+        assert_eq!(super::vm_rss_kib("Name:\tx\n"), None);
+    }
 }

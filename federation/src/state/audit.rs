@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Desired;
 use tideway_api::audit::{AuditEvent, AuditKind};
-use tideway_api::{MemberPhase, QuotaAmount, QuotaTarget, WindowQuota, WorkloadPhase};
+use tideway_api::{
+    CompactString, MemberPhase, QuotaAmount, QuotaTarget, WindowQuota, WorkloadPhase,
+};
 
 use super::FederationState;
 use super::command::{Command, CommandResult, StoredObject};
@@ -292,9 +294,9 @@ struct Rec {
     /// The version whose rules made this decision, when it is not simply the current one.
     version: Option<u64>,
     kind: AuditKind,
-    workload: Option<String>,
-    queue: Option<String>,
-    cluster: Option<String>,
+    workload: Option<CompactString>,
+    queue: Option<CompactString>,
+    cluster: Option<CompactString>,
     evidence: String,
 }
 
@@ -377,8 +379,8 @@ impl FederationState {
             ) => recs.push(Rec {
                 version: None,
                 kind: AuditKind::Submitted,
-                workload: Some(w.metadata.name.clone()),
-                queue: Some(w.spec.queue.to_string()),
+                workload: Some(w.metadata.name.as_str().into()),
+                queue: Some(w.spec.queue.clone()),
                 cluster: None,
                 evidence: format!(
                     "submitted to queue '{}' with priority class '{}' by user {}",
@@ -395,8 +397,8 @@ impl FederationState {
             ) => recs.push(Rec {
                 version: None,
                 kind: AuditKind::Cancelled,
-                workload: Some(w.metadata.name.clone()),
-                queue: Some(w.spec.queue.to_string()),
+                workload: Some(w.metadata.name.as_str().into()),
+                queue: Some(w.spec.queue.clone()),
                 cluster: None,
                 evidence: w
                     .status
@@ -421,7 +423,7 @@ impl FederationState {
                     version: None,
                     kind: AuditKind::PolicyChanged,
                     workload: None,
-                    queue: (kind == "queue").then(|| name.clone()),
+                    queue: (kind == "queue").then(|| name.as_str().into()),
                     cluster: None,
                     evidence,
                 });
@@ -543,7 +545,7 @@ impl FederationState {
                     }
                     e
                 },
-                cluster: Some(name),
+                cluster: Some(name.into()),
             }),
             (Hint::Health { name, phase }, CommandResult::Created { .. }) => recs.push(Rec {
                 version: None,
@@ -562,7 +564,7 @@ impl FederationState {
                         st.and_then(|s| s.message.clone()).unwrap_or_default()
                     )
                 },
-                cluster: Some(name),
+                cluster: Some(name.into()),
             }),
             (Hint::Assign { assigns, victims }, _) => {
                 for (name, cluster) in assigns {
@@ -579,10 +581,10 @@ impl FederationState {
                                     .version_for(self.queues.get(w.spec.queue.as_str())),
                             ),
                             kind: AuditKind::Assigned,
-                            workload: Some(name.clone()),
-                            queue: Some(w.spec.queue.to_string()),
+                            workload: Some(name.as_str().into()),
+                            queue: Some(w.spec.queue.clone()),
                             evidence: format!("attempt {} placed on {cluster}", st.attempts),
-                            cluster: Some(cluster),
+                            cluster: Some(cluster.into()),
                         });
                     }
                 }
@@ -611,13 +613,13 @@ impl FederationState {
                                 .version_for(self.queues.get(preemptor_queue.as_str())),
                         ),
                         kind: AuditKind::Preempted,
-                        workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.to_string()),
+                        workload: Some(w.metadata.name.as_str().into()),
+                        queue: Some(w.spec.queue.clone()),
                         evidence: format!(
                             "to make room for {preemptor}: checkpoint and stop within {grace} s \
                              (notice at {at}); {checkpoint}"
                         ),
-                        cluster: Some(cluster),
+                        cluster: Some(cluster.into()),
                     });
                 }
             }
@@ -640,14 +642,14 @@ impl FederationState {
                     recs.push(Rec {
                         version: None,
                         kind: AuditKind::CheckpointRequested,
-                        workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.to_string()),
+                        workload: Some(w.metadata.name.as_str().into()),
+                        queue: Some(w.spec.queue.clone()),
                         evidence: format!(
                             "a quota boundary lowers its side's share: checkpoint by {} and \
                              keep running; {last}",
                             deadline.to_rfc3339()
                         ),
-                        cluster: Some(cluster),
+                        cluster: Some(cluster.into()),
                     });
                 }
             }
@@ -670,9 +672,9 @@ impl FederationState {
                     recs.push(Rec {
                         version: None,
                         kind,
-                        workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.to_string()),
-                        cluster: Some(cluster.clone()),
+                        workload: Some(w.metadata.name.as_str().into()),
+                        queue: Some(w.spec.queue.clone()),
+                        cluster: Some(cluster.as_str().into()),
                         evidence: st.message.unwrap_or_default(),
                     });
                 }
@@ -691,9 +693,9 @@ impl FederationState {
                     recs.push(Rec {
                         version: None,
                         kind: AuditKind::Checkpointed,
-                        workload: Some(w.metadata.name.clone()),
-                        queue: Some(w.spec.queue.to_string()),
-                        cluster: Some(cluster.clone()),
+                        workload: Some(w.metadata.name.as_str().into()),
+                        queue: Some(w.spec.queue.clone()),
+                        cluster: Some(cluster.as_str().into()),
                         evidence: format!(
                             "checkpoint at {}: a preemption now loses only the work since then",
                             cp.to_rfc3339()
@@ -710,7 +712,7 @@ impl FederationState {
                     recs.push(Rec {
                         version: None,
                         kind: AuditKind::Compacted,
-                        workload: Some(name.clone()),
+                        workload: Some(name.as_str().into()),
                         queue: None,
                         cluster: None,
                         evidence: "terminal past retention: removed from the live state".into(),
@@ -730,9 +732,9 @@ impl FederationState {
                 kind: r.kind,
                 actor: actor.as_str().into(),
                 policy_version: r.version.unwrap_or(current),
-                workload: r.workload.map(Into::into),
-                queue: r.queue.map(Into::into),
-                cluster: r.cluster.map(Into::into),
+                workload: r.workload,
+                queue: r.queue,
+                cluster: r.cluster,
                 evidence: r.evidence,
             });
         }
