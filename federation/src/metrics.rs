@@ -109,6 +109,7 @@ pub struct Metrics {
     cycle_lock_held: Histogram,
     cycle_wall: Histogram,
     digest: Family<DigestPartLabel, Histogram, fn() -> Histogram>,
+    leader_gone_campaigns: Counter<u64, AtomicU64>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -184,6 +185,12 @@ impl Default for Metrics {
             "preemptions",
             "Workloads sent a preemption notice, by the victim's queue",
             preemptions.clone(),
+        );
+        let leader_gone_campaigns = Counter::default();
+        registry.register(
+            "raft_leader_gone_campaigns",
+            "Pre-vote rounds this node started at the end of a dead leader's lease, on seeing its watch break",
+            leader_gone_campaigns.clone(),
         );
         let reroutes = Counter::default();
         registry.register(
@@ -289,6 +296,7 @@ impl Default for Metrics {
             digest.clone(),
         );
         Self {
+            leader_gone_campaigns,
             digest,
             heartbeats,
             heartbeat_bytes,
@@ -362,6 +370,11 @@ impl Metrics {
 
     pub fn observe_assign(&self, d: Duration) {
         self.assign_latency.observe(d.as_secs_f64());
+    }
+
+    /// A pre-vote round started because the leader's watch broke (see `raft::leader_watch`).
+    pub fn leader_gone_campaign(&self) {
+        self.leader_gone_campaigns.inc();
     }
 
     pub fn reroute(&self) {

@@ -169,6 +169,7 @@ impl Node {
         let filter = PeerFilter::default();
         let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
         let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone());
+        let plane_for_watch = plane.clone();
         let log_stats = log.stats();
         let data = sm.data();
         let snapshot_bytes = sm.snapshot_bytes();
@@ -199,6 +200,8 @@ impl Node {
                 .as_deref()
                 .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
             redispatch_waits: Default::default(),
+            id: cfg.id,
+            contact: Default::default(),
         };
         let mut tasks = vec![
             tokio::spawn(crate::raft::snapshot_policy::snapshot_loop(
@@ -258,6 +261,20 @@ impl Node {
                 cfg.clock.clone(),
             )),
         ];
+        tasks.push(tokio::spawn(crate::raft::leader_watch::watch_loop(
+            crate::raft::leader_watch::Watcher {
+                raft: raft.clone(),
+                me: cfg.id,
+                http: http.clone(),
+                plane: plane_for_watch,
+                filter: state.filter.clone(),
+                contact: state.contact.clone(),
+                cfg: crate::raft::leader_watch::WatchConfig::for_lease(Duration::from_millis(
+                    cfg.election_timeout_ms.1,
+                )),
+                metrics: state.metrics.clone(),
+            },
+        )));
         let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
         let (addr, task) = serve(&cfg.listen, tls.clone(), server::router(state.clone())).await?;
         tasks.push(task);

@@ -50,6 +50,16 @@ async fn acknowledged_submissions_survive_leader_kill() {
     tc.c.kill9(leader).expect("kill -9");
     let at_kill = count.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The survivors saw the dead leader's watch break and campaigned at the end of its
+    // lease (see `raft::leader_watch`), without waiting for Raft's election timer.
+    let mut campaigns = 0.0;
+    for id in tc.c.nodes.keys().copied().filter(|id| *id != leader) {
+        campaigns += leader_gone_campaigns(&tc.c.url(id)).await;
+    }
+    assert!(
+        campaigns >= 1.0,
+        "no survivor campaigned on the dead leader's broken watch"
+    );
     tc.c.restart(leader).await.expect("restart");
     for t in tasks {
         t.await.expect("client task");
@@ -104,4 +114,18 @@ async fn acknowledged_submissions_survive_leader_kill() {
         entries <= burst / 2,
         "{entries} log entries for a burst of {burst} submissions: proposals are not batched"
     );
+}
+
+/// `tideway_raft_leader_gone_campaigns_total` of the node at `url`.
+async fn leader_gone_campaigns(url: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|l| l.strip_prefix("tideway_raft_leader_gone_campaigns_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no leader-gone campaign counter in:\n{text}"))
 }

@@ -6,11 +6,15 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use std::sync::Arc;
+
 use openraft::errors::RaftError;
+use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 
+use super::leader_watch::Contact;
 use super::network::MSGPACK;
-use super::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use super::types::{NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 fn msgpack<T: Serialize>(v: &T) -> Response {
     match rmp_serde::to_vec_named(v) {
@@ -23,11 +27,41 @@ fn bad_request(e: impl std::fmt::Display) -> Response {
     (StatusCode::BAD_REQUEST, e.to_string()).into_response()
 }
 
-async fn append(State(raft): State<Raft>, body: Bytes) -> Response {
+/// What the peer routes serve from: the Raft node, and where a follower notes its leader's
+/// appends (the start of the lease it holds for that leader, see `leader_watch`).
+#[derive(Clone)]
+pub struct Peer {
+    pub raft: Raft,
+    pub id: NodeId,
+    pub contact: Arc<Contact>,
+}
+
+impl axum::extract::FromRef<Peer> for Raft {
+    fn from_ref(p: &Peer) -> Raft {
+        p.raft.clone()
+    }
+}
+
+async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
     match rmp_serde::from_slice(&body) {
-        Ok(req) => msgpack(&raft.append_entries(req).await),
+        Ok(req) => {
+            let res = peer.raft.append_entries(req).await;
+            if matches!(
+                res,
+                Ok(AppendEntriesResponse::Success
+                    | AppendEntriesResponse::PartialSuccess(_)
+                    | AppendEntriesResponse::Conflict)
+            ) {
+                peer.contact.heard();
+            }
+            msgpack(&res)
+        }
         Err(e) => bad_request(e),
     }
+}
+
+async fn watch(State(peer): State<Peer>) -> StatusCode {
+    super::leader_watch::hold(&peer.raft, peer.id).await
 }
 
 async fn vote(State(raft): State<Raft>, body: Bytes) -> Response {
@@ -74,13 +108,14 @@ async fn transfer_leader(State(raft): State<Raft>, body: Bytes) -> Response {
 }
 
 /// Routes under `/raft/`. Snapshots arrive whole, so this router allows large bodies.
-pub fn router(raft: Raft) -> Router {
+pub fn router(peer: Peer) -> Router {
     Router::new()
         .route("/raft/append", post(append))
+        .route(super::leader_watch::WATCH_PATH, post(watch))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/transfer-leader", post(transfer_leader))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 30))
-        .with_state(raft)
+        .with_state(peer)
 }

@@ -110,6 +110,10 @@ pub struct AppState {
     pub cluster_secret: Option<Arc<peer_auth::ClusterSecret>>,
     /// The leader's re-dispatches held back by the rate limit, for `explain`.
     pub redispatch_waits: crate::dispatcher::recovery::RedispatchWaits,
+    /// This node's id, for the peer routes.
+    pub id: crate::raft::types::NodeId,
+    /// When this node last processed its leader's append (see `raft::leader_watch`).
+    pub contact: Arc<crate::raft::leader_watch::Contact>,
 }
 
 impl AppState {
@@ -303,7 +307,13 @@ fn peer_routes(state: &AppState) -> Router {
         .route(routes::HEARTBEAT_OUTCOME, post(internal::heartbeat_outcome))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
-        .merge(crate::raft::transport::router(state.raft.clone()))
+        .merge(crate::raft::transport::router(
+            crate::raft::transport::Peer {
+                raft: state.raft.clone(),
+                id: state.id,
+                contact: state.contact.clone(),
+            },
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.cluster_secret.clone(),
             peer_auth::require_secret,
