@@ -482,10 +482,18 @@ pub async fn schedule_loop(
             // that shares what grows with the workloads (see `state::workloads`). The backlog
             // is brought up to date and the input captured from the copy, after the lock.
             let changes = backlog.changes(&d.state);
+            let named = clock.instant();
             let copy = d.state.clone();
             let version = d.state.policy.current();
+            let cloned = clock.instant();
             drop(d);
             let held = clock.instant().saturating_duration_since(locked);
+            tracing::debug!(
+                names_us = named.saturating_duration_since(locked).as_micros() as u64,
+                clone_us = cloned.saturating_duration_since(named).as_micros() as u64,
+                names = changes.len(),
+                "cycle hold parts"
+            );
             let copied = backlog.apply(&copy, changes);
             (
                 capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle),

@@ -221,9 +221,38 @@ fn scale_snapshot_parts() {
 #[test]
 #[ignore = "a measurement: run by hand with --ignored --nocapture"]
 fn scale_state_copy_parts() {
-    let (s, _) = state(50_000, 33);
+    let (mut s, mut index) = state(50_000, 33);
     assert_eq!(s.workloads.len(), 50_000);
     assert_eq!(assigned(&s), 1_516);
+    // A hundred members, as the scale bench registers, each running a few of the workloads.
+    for m in 1..100u64 {
+        index += 1;
+        s.apply(
+            index,
+            Command::RegisterMember {
+                member: Box::new(MemberCluster::new(
+                    format!("m-{m:03}"),
+                    MemberClusterSpec::new("eu", vec![]),
+                )),
+                agent_version: None,
+                at: t(0),
+                flaps: None,
+            },
+        );
+        for i in 0..5 {
+            index += 1;
+            s.apply(
+                index,
+                Command::Assign {
+                    workload: format!("w-{}", m * 100 + i * 7 + 1).as_str().into(),
+                    cluster: format!("m-{m:03}").as_str().into(),
+                    pool: None,
+                    at: t(1),
+                },
+            );
+        }
+    }
+    assert_eq!(s.members.len(), 100);
     timed("whole state", 10, &|| s.clone().workloads.len());
     timed("assignments", 10, &|| s.assignments.clone().iter().count());
     timed("members", 10, &|| s.members.clone().len());
@@ -232,4 +261,9 @@ fn scale_state_copy_parts() {
     timed("usage", 10, &|| usize::from(s.usage.clone() == s.usage));
     timed("tidal", 10, &|| usize::from(s.tidal.clone() == s.tidal));
     timed("workloads", 10, &|| s.workloads.clone().len());
+    timed("queues", 10, &|| s.queues.clone().len());
+    timed("audit", 10, &|| s.audit.clone().events.len());
+    timed("order+idem+uids", 10, &|| {
+        s.order.clone().len() + s.idempotency.clone().len() + s.uids.clone().len()
+    });
 }

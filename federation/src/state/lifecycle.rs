@@ -19,7 +19,7 @@ pub const MAX_COMPACT_BATCH: usize = 1000;
 
 /// When a terminal workload finished, for retention: its own finish time, else its
 /// submission time (a workload that never ran still ages out).
-fn finished_at(w: &Workload) -> Option<DateTime<Utc>> {
+pub(crate) fn finished_at(w: &Workload) -> Option<DateTime<Utc>> {
     let st = w.status.as_ref()?;
     if !st.phase.is_terminal() {
         return None;
@@ -338,6 +338,74 @@ mod tests {
                 }
             }
         );
+    }
+
+    /// The leader's index of finished workloads, followed from the journal, names what a
+    /// scan of every workload names, as workloads come, end and are compacted.
+    #[test]
+    fn the_finished_index_follows_the_state_as_a_scan_does() {
+        use crate::dispatcher::retention::Finished;
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        let mut s = with_member();
+        let mut idx = Finished::default();
+        let mut index = 2;
+        for round in 0..6i64 {
+            for i in 0..5 {
+                submit(
+                    &mut s,
+                    index,
+                    &format!("w{round}-{i}"),
+                    &format!("k{round}-{i}"),
+                );
+                index += 1;
+            }
+            // Cancel two of this round's and, from the third round on, compact what ended
+            // before the previous round.
+            for i in [1, 3] {
+                s.apply(
+                    index,
+                    Command::CancelWorkload {
+                        id: format!("w{round}-{i}"),
+                        at: t(index as i64),
+                    },
+                );
+                index += 1;
+            }
+            if round >= 2 {
+                let names = s.compactable(t(index as i64 - 10), 1000);
+                s.apply(
+                    index,
+                    Command::CompactWorkloads {
+                        names,
+                        before: t(index as i64 - 10),
+                        at: t(index as i64),
+                    },
+                );
+                index += 1;
+            }
+            // Every other round from the journal, once from a whole copy (a new leader).
+            if round == 3 {
+                idx = Finished::default();
+            }
+            let changes = idx.changes(&s);
+            assert_eq!(Finished::is_full(&changes), round == 0 || round == 3);
+            idx.apply(changes);
+            for before in [t(0), t(index as i64 / 2), t(index as i64 + 1)] {
+                assert_eq!(
+                    sorted(idx.due(before, 1000)),
+                    sorted(s.compactable(before, 1000)),
+                    "round {round}, before {before}"
+                );
+            }
+        }
+        // Oldest first, and bounded.
+        let due = idx.due(t(index as i64 + 1), 2);
+        assert_eq!(due.len(), 2);
+        let at = |n: &str| finished_at(&s.workloads[n]).expect("finished");
+        assert!(at(&due[0]) <= at(&due[1]));
     }
 
     #[test]
