@@ -31,9 +31,11 @@ pub type ClusterAssignments = imbl::OrdMap<String, Arc<AssignmentRecord>>;
 /// Assignment records by member cluster, then workload UID, and their revision journal.
 #[derive(Debug, Clone, Default)]
 pub struct Assignments {
-    records: BTreeMap<String, ClusterAssignments>,
+    /// Persistent, as the maps inside it are: a copy of the state under its lock shares
+    /// this map instead of cloning a name per member cluster.
+    records: imbl::OrdMap<String, ClusterAssignments>,
     /// Member cluster → revision → UIDs whose record changed at that revision.
-    journal: BTreeMap<String, imbl::OrdMap<u64, Vec<String>>>,
+    journal: imbl::OrdMap<String, imbl::OrdMap<u64, Vec<String>>>,
     /// Entries in `journal`.
     entries: usize,
     /// Records in `records`.
@@ -71,8 +73,9 @@ impl std::ops::Index<&str> for Assignments {
 
 impl Assignments {
     /// The records, with a journal built from them: one entry per record, at its revision.
-    pub fn from_records(records: BTreeMap<String, ClusterAssignments>) -> Self {
-        let mut journal: BTreeMap<String, imbl::OrdMap<u64, Vec<String>>> = BTreeMap::new();
+    pub fn from_records(records: impl IntoIterator<Item = (String, ClusterAssignments)>) -> Self {
+        let records: imbl::OrdMap<String, ClusterAssignments> = records.into_iter().collect();
+        let mut journal: imbl::OrdMap<String, imbl::OrdMap<u64, Vec<String>>> = imbl::OrdMap::new();
         let mut len = 0;
         for (cluster, recs) in &records {
             let revs = journal.entry(cluster.clone()).or_default();
@@ -174,8 +177,17 @@ impl Assignments {
     /// Forgets `uid`'s records on every cluster (a compacted workload). Its journal entries
     /// go stale and are skipped: the agent never sees a removal, as before.
     pub fn remove_uid(&mut self, uid: &str) {
-        for recs in self.records.values_mut() {
-            if recs.remove(uid).is_some() {
+        // Only the clusters that hold it are touched, so a copy shares the others.
+        let holding: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, recs)| recs.contains_key(uid))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for cluster in holding {
+            if let Some(recs) = self.records.get_mut(&cluster)
+                && recs.remove(uid).is_some()
+            {
                 self.len -= 1;
             }
         }

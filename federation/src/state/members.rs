@@ -4,8 +4,6 @@
 //! reports are all log entries, so a new leader knows the whole fleet and every placement the
 //! moment it is elected.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::{Assignment, AssignmentRecord, Desired, LocalPhase, LocalStatus};
@@ -813,7 +811,9 @@ impl FederationState {
 /// Members by name, for the capacity view and the scheduler.
 /// Member records by name, each shared with any copy of the state: a copy under the state
 /// lock does not clone the members' digests, and a change clones only the member it changes.
-pub type Members = BTreeMap<String, std::sync::Arc<MemberRecord>>;
+/// Persistent, like the workloads: a copy of the state under its lock (the scheduling cycle,
+/// a snapshot, a digest) shares the map instead of cloning a name per member.
+pub type Members = imbl::OrdMap<String, std::sync::Arc<MemberRecord>>;
 
 #[cfg(test)]
 pub(crate) mod tests {

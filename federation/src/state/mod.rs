@@ -122,7 +122,7 @@ impl Default for FederationState {
             uids: Default::default(),
             queues,
             priority_classes,
-            members: BTreeMap::new(),
+            members: Default::default(),
             assignments: Default::default(),
             scheduling: Default::default(),
             tidal: Default::default(),
