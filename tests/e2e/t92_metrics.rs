@@ -11,7 +11,7 @@ use crate::common::{cluster, submit_until_acked};
 
 /// Families whose `# TYPE` line must be served (a labelled family may have no series yet,
 /// e.g. preemptions before any preemption).
-const FAMILIES: [&str; 16] = [
+const FAMILIES: [&str; 17] = [
     "tideway_scheduler_cycle_seconds",
     "tideway_queue_pending_workloads",
     "tideway_fragmentation_ratio",
@@ -28,6 +28,7 @@ const FAMILIES: [&str; 16] = [
     "tideway_http_request_duration_seconds",
     "tideway_workload_submissions_rejected",
     "tideway_workload_submit_to_assign_seconds",
+    "tideway_raft_leader_gone_campaigns",
 ];
 
 /// Series that this test's traffic must have produced, with their labels.

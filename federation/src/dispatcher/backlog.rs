@@ -32,14 +32,14 @@ pub struct Completion {
 /// so everything is copied), and where the journal stood.
 #[derive(Debug)]
 pub struct Changes {
-    names: Option<Vec<Arc<str>>>,
+    names: Option<imbl::Vector<Arc<str>>>,
     cursor: ChangeCursor,
 }
 
 impl Changes {
     /// Names journaled since the last cycle (0 when everything is copied again).
     pub fn len(&self) -> usize {
-        self.names.as_ref().map_or(0, Vec::len)
+        self.names.as_ref().map_or(0, imbl::Vector::len)
     }
 
     /// No names journaled since the last cycle (or everything is copied again).
@@ -95,10 +95,7 @@ impl Backlog {
     /// leader takes this and an O(1) copy of the state under the lock, and applies them after.
     pub fn changes(&self, state: &FederationState) -> Changes {
         Changes {
-            names: self
-                .cursor
-                .and_then(|c| state.workloads.changed_since(c))
-                .map(<[Arc<str>]>::to_vec),
+            names: self.cursor.and_then(|c| state.workloads.changed_since(c)),
             cursor: state.workloads.cursor(),
         }
     }

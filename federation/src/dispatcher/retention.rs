@@ -33,7 +33,7 @@ pub struct Finished {
 /// the last tick (`None`: the journal does not reach back, so everything is looked at).
 pub struct FinishedChanges {
     map: WorkloadMap,
-    names: Option<Vec<Arc<str>>>,
+    names: Option<imbl::Vector<Arc<str>>>,
     cursor: ChangeCursor,
 }
 
@@ -42,10 +42,7 @@ impl Finished {
     pub fn changes(&self, state: &crate::state::FederationState) -> FinishedChanges {
         FinishedChanges {
             map: (*state.workloads).clone(),
-            names: self
-                .cursor
-                .and_then(|c| state.workloads.changed_since(c))
-                .map(<[Arc<str>]>::to_vec),
+            names: self.cursor.and_then(|c| state.workloads.changed_since(c)),
             cursor: state.workloads.cursor(),
         }
     }
