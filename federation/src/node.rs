@@ -200,7 +200,6 @@ impl Node {
                 .as_deref()
                 .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
             redispatch_waits: Default::default(),
-            id: cfg.id,
             contact: Default::default(),
         };
         let mut tasks = vec![
@@ -264,7 +263,6 @@ impl Node {
         tasks.push(tokio::spawn(crate::raft::leader_watch::watch_loop(
             crate::raft::leader_watch::Watcher {
                 raft: raft.clone(),
-                me: cfg.id,
                 http: http.clone(),
                 plane: plane_for_watch,
                 filter: state.filter.clone(),

@@ -6,7 +6,8 @@
 //! A counting allocator measures the live heap, so the check is exact and independent of the
 //! allocator's habit of keeping freed pages (which makes process RSS a poor test signal).
 //! It drives the state the way the leader does: the same commands, the same compaction
-//! choices (`compactable`, `audit_retention_cut`), in log order.
+//! choices (`compactable`, the set the leader's index names too, and `audit_retention_cut`),
+//! in log order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -36,18 +36,6 @@ pub struct Changes {
     cursor: ChangeCursor,
 }
 
-impl Changes {
-    /// Names journaled since the last cycle (0 when everything is copied again).
-    pub fn len(&self) -> usize {
-        self.names.as_ref().map_or(0, imbl::Vector::len)
-    }
-
-    /// No names journaled since the last cycle (or everything is copied again).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// The cycle's copy of the workloads it reads, by submission sequence.
 #[derive(Debug, Default)]
 pub struct Backlog {

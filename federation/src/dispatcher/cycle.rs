@@ -463,7 +463,7 @@ pub async fn schedule_loop(
         cycle += 1;
         let now = clock.now();
         let began = clock.instant();
-        let (captured, version, copied, held) = {
+        let (captured, version, held) = {
             let Ok(d) = data.read() else { continue };
             // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
             let locked = clock.instant();
@@ -488,26 +488,21 @@ pub async fn schedule_loop(
             let cloned = clock.instant();
             drop(d);
             let held = clock.instant().saturating_duration_since(locked);
+            let copied = backlog.apply(&copy, changes);
             tracing::debug!(
+                held_us = held.as_micros() as u64,
                 names_us = named.saturating_duration_since(locked).as_micros() as u64,
                 clone_us = cloned.saturating_duration_since(named).as_micros() as u64,
-                names = changes.len(),
-                "cycle hold parts"
+                copied,
+                "cycle input read under the state lock"
             );
-            let copied = backlog.apply(&copy, changes);
             (
                 capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle),
                 version,
-                copied,
                 held,
             )
         };
         metrics.observe_cycle_lock(held);
-        tracing::debug!(
-            held_us = held.as_micros() as u64,
-            copied,
-            "cycle input read under the state lock"
-        );
         // Everything sized by the backlog runs on the blocking pool, on the loop's own copy:
         // the heads of each group of alike workloads, not the whole backlog (see `window`).
         let taken = std::mem::take(&mut backlog);

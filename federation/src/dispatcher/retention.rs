@@ -37,6 +37,13 @@ pub struct FinishedChanges {
     cursor: ChangeCursor,
 }
 
+impl FinishedChanges {
+    /// Whether applying them walks the whole map (better done off the async workers).
+    pub fn is_full(&self) -> bool {
+        self.names.is_none()
+    }
+}
+
 impl Finished {
     /// Under the lock: O(1) for the map, O(changes) for the names.
     pub fn changes(&self, state: &crate::state::FederationState) -> FinishedChanges {
@@ -45,11 +52,6 @@ impl Finished {
             names: self.cursor.and_then(|c| state.workloads.changed_since(c)),
             cursor: state.workloads.cursor(),
         }
-    }
-
-    /// Whether `apply` will walk the whole map (better done off the async workers).
-    pub fn is_full(changes: &FinishedChanges) -> bool {
-        changes.names.is_none()
     }
 
     /// After the lock: brings the index up to date with the copy.
@@ -124,7 +126,7 @@ pub async fn compaction_loop(
                 Ok(d) => finished.changes(&d.state),
                 Err(_) => break,
             };
-            if Finished::is_full(&changes) {
+            if changes.is_full() {
                 let mut taken = std::mem::take(&mut finished);
                 let Ok(done) = tokio::task::spawn_blocking(move || {
                     taken.apply(changes);

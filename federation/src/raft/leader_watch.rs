@@ -81,9 +81,11 @@ impl Contact {
 
 /// Server side: answer when this node stops leading, or after [`HOLD`]. A node that does not
 /// lead answers at once, so the follower looks up the leader again.
-pub async fn hold(raft: &Raft, me: NodeId) -> StatusCode {
+pub async fn hold(raft: &Raft) -> StatusCode {
+    let now = super::metrics(raft);
+    let me = now.id;
     let leads = |m: &openraft::RaftMetrics<super::types::TypeConfig>| m.current_leader == Some(me);
-    if !leads(&super::metrics(raft)) {
+    if !leads(&now) {
         return StatusCode::CONFLICT;
     }
     // Times out (after HOLD) or sees the leadership end: either way the answer is the same.
@@ -130,7 +132,6 @@ const ATTEMPTS: u32 = 2;
 /// What a follower's watch needs.
 pub struct Watcher {
     pub raft: Raft,
-    pub me: NodeId,
     pub http: reqwest::Client,
     pub plane: PeerPlane,
     pub filter: PeerFilter,
@@ -143,7 +144,6 @@ pub struct Watcher {
 pub async fn watch_loop(w: Watcher) {
     let Watcher {
         raft,
-        me,
         http,
         plane,
         filter,
@@ -153,21 +153,19 @@ pub async fn watch_loop(w: Watcher) {
     } = w;
     loop {
         let m = super::metrics(&raft);
-        let (Some(leader), term) = (m.current_leader, m.current_term) else {
+        let (Some(leader), term, me) = (m.current_leader, m.current_term, m.id) else {
             tokio::time::sleep(POLL).await;
             continue;
         };
         let membership = m.membership_config.membership();
         let voters: Vec<NodeId> = membership.voter_ids().collect();
         let peer = membership.get_node(&leader).map(|n| n.peer().to_string());
-        let (Some(peer), true) = (peer, leader != me && voters.contains(&me)) else {
+        // Only a voter that follows watches, and not a leader a test partitioned away.
+        let watches = leader != me && voters.contains(&me) && !filter.is_blocked(leader);
+        let (Some(peer), true) = (peer, watches) else {
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         };
-        if filter.is_blocked(leader) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            continue;
-        }
         let url = plane.url(&peer, WATCH_PATH);
         let request = plane
             .authorize(http.post(&url))
@@ -213,18 +211,16 @@ async fn campaign(
     (leader, term): (NodeId, u64),
     (rank, others): (u32, u32),
 ) {
-    let heard = contact.last_heard().unwrap_or_else(|| RealClock.instant());
+    let last = contact.last_heard();
+    let heard = last.unwrap_or_else(|| RealClock.instant());
     for attempt in 0..ATTEMPTS {
         let at = cfg.campaign_at(heard, rank, others, attempt);
         tokio::select! {
             () = tokio::time::sleep_until(at.into()) => {}
             () = until_changed(raft, leader, term) => return,
         }
-        if contact.last_heard() != Some(heard) && contact.last_heard().is_some() {
-            return;
-        }
-        let m = super::metrics(raft);
-        if m.current_leader != Some(leader) || m.current_term != term {
+        // An append since (a leader is alive), or a change since the last poll.
+        if contact.last_heard() != last || !still(&raft.metrics().borrow_watched(), leader, term) {
             return;
         }
         tracing::info!(
@@ -248,11 +244,15 @@ async fn until_changed(raft: &Raft, leader: NodeId, term: u64) {
     let rx = raft.metrics();
     loop {
         tokio::time::sleep(POLL).await;
-        let m = rx.borrow_watched();
-        if m.current_leader != Some(leader) || m.current_term != term {
+        if !still(&rx.borrow_watched(), leader, term) {
             return;
         }
     }
+}
+
+/// The metrics still name `leader` at `term`.
+fn still(m: &openraft::RaftMetrics<super::types::TypeConfig>, leader: NodeId, term: u64) -> bool {
+    m.current_leader == Some(leader) && m.current_term == term
 }
 
 #[cfg(test)]

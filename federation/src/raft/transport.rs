@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::leader_watch::Contact;
 use super::network::MSGPACK;
-use super::types::{NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use super::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 fn msgpack<T: Serialize>(v: &T) -> Response {
     match rmp_serde::to_vec_named(v) {
@@ -32,7 +32,6 @@ fn bad_request(e: impl std::fmt::Display) -> Response {
 #[derive(Clone)]
 pub struct Peer {
     pub raft: Raft,
-    pub id: NodeId,
     pub contact: Arc<Contact>,
 }
 
@@ -61,7 +60,7 @@ async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
 }
 
 async fn watch(State(peer): State<Peer>) -> StatusCode {
-    super::leader_watch::hold(&peer.raft, peer.id).await
+    super::leader_watch::hold(&peer.raft).await
 }
 
 async fn vote(State(raft): State<Raft>, body: Bytes) -> Response {

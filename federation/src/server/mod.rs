@@ -110,8 +110,6 @@ pub struct AppState {
     pub cluster_secret: Option<Arc<peer_auth::ClusterSecret>>,
     /// The leader's re-dispatches held back by the rate limit, for `explain`.
     pub redispatch_waits: crate::dispatcher::recovery::RedispatchWaits,
-    /// This node's id, for the peer routes.
-    pub id: crate::raft::types::NodeId,
     /// When this node last processed its leader's append (see `raft::leader_watch`).
     pub contact: Arc<crate::raft::leader_watch::Contact>,
 }
@@ -310,7 +308,6 @@ fn peer_routes(state: &AppState) -> Router {
         .merge(crate::raft::transport::router(
             crate::raft::transport::Peer {
                 raft: state.raft.clone(),
-                id: state.id,
                 contact: state.contact.clone(),
             },
         ))
