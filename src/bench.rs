@@ -31,7 +31,8 @@ pub enum BenchCmd {
         #[arg(long)]
         no_failover: bool,
         /// Leader kills in the failover measurement (each killed leader is restarted and
-        /// caught up before the next kill), for a distribution rather than one sample.
+        /// keeps pace with the leader again before the next kill), for a distribution rather
+        /// than one sample.
         #[arg(long, default_value_t = 1)]
         kills: usize,
     },
@@ -300,7 +301,8 @@ async fn load_until(
 
 /// Kills the leader `kills` times under load and prints the distribution of the time from the
 /// kill to the first acknowledgement of a submission sent after it. Each killed node is
-/// restarted and caught up before the next kill, so every kill leaves a quorum.
+/// restarted and keeps pace with the leader again before the next kill, so every kill leaves
+/// a quorum of two nodes in step.
 async fn failover(
     c: &mut Launcher,
     targets: Arc<Vec<String>>,
@@ -349,7 +351,7 @@ async fn failover(
                 ))
             );
             c.restart(leader)?;
-            c.wait_caught_up(leader, Duration::from_secs(60)).await?;
+            c.wait_in_step(leader, Duration::from_secs(60)).await?;
         }
         Ok(())
     }

@@ -200,6 +200,35 @@ impl Launcher {
         }
     }
 
+    /// Waits until node `id` keeps pace with the leader: its applied index has reached what
+    /// the leader had committed one poll (50 ms) earlier. [`Self::wait_caught_up`] aims at
+    /// the leader's index when first asked, which a restarted node under load reaches while
+    /// the entries committed during its own start-up (seconds of submissions) are still on
+    /// their way to it; a node in that state answers appends slowly, and a failover that
+    /// needs its vote and its acks measures the catch-up, not the election.
+    pub async fn wait_in_step(&self, id: u64, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = RealClock.instant() + timeout;
+        let mut previous: Option<u64> = None;
+        loop {
+            let committed = match self.leader().await {
+                Ok(l) => self.status(l).await.ok().and_then(|s| s.committed),
+                Err(_) => None,
+            };
+            if let Some(t) = previous
+                && let Ok(s) = self.status(id).await
+                && s.leader.is_some()
+                && s.last_applied.unwrap_or(0) >= t
+            {
+                return Ok(());
+            }
+            previous = committed;
+            if RealClock.instant() > deadline {
+                bail!("node {id} did not keep pace with the leader within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGKILL: no chance to flush or say goodbye.
     pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
         let s = self.servers.get_mut(&id).context("no such node")?;

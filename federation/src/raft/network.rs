@@ -25,6 +25,26 @@ use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 
 pub const MSGPACK: &str = "application/msgpack";
 
+/// The least time an append that carries entries is given to answer. openraft hands every
+/// replication append the heartbeat interval (50 ms) as its time to live, which a follower
+/// writing and fsyncing a full batch on a loaded machine often exceeds: a follower catching up
+/// after a restart took longer on most appends, each was abandoned and sent again whole, and
+/// a new leader that needed that follower's ack for its first commit waited through several
+/// such rounds (0.5-1 s in the failover bench). The follower keeps writing an abandoned
+/// append anyway, so cutting it short saves nothing. Heartbeats (no entries) keep openraft's
+/// bound, as they carry the lease.
+pub const APPEND_TTL_FLOOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long an append RPC may take: openraft's bound, raised to [`APPEND_TTL_FLOOR`] when it
+/// carries entries.
+pub fn append_ttl(carries_entries: bool, option: &RPCOption) -> std::time::Duration {
+    if carries_entries {
+        option.hard_ttl().max(APPEND_TTL_FLOOR)
+    } else {
+        option.hard_ttl()
+    }
+}
+
 /// Peers this node pretends it cannot reach (fault injection for partition tests).
 #[derive(Clone, Default, Debug)]
 pub struct PeerFilter {
@@ -105,7 +125,7 @@ impl PeerClient {
         &self,
         path: &str,
         req: &Req,
-        option: &RPCOption,
+        ttl: std::time::Duration,
     ) -> Result<Resp, RPCError<TypeConfig>>
     where
         Req: Serialize,
@@ -125,7 +145,7 @@ impl PeerClient {
             .authorize(self.http.post(&url))
             .header(reqwest::header::CONTENT_TYPE, MSGPACK)
             .body(body)
-            .timeout(option.hard_ttl())
+            .timeout(ttl)
             .send()
             .await
             .map_err(|e| {
@@ -160,7 +180,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("append", &rpc, &option).await
+        let ttl = append_ttl(!rpc.entries.is_empty(), &option);
+        self.call("append", &rpc, ttl).await
     }
 
     async fn vote(
@@ -168,7 +189,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("vote", &rpc, &option).await
+        self.call("vote", &rpc, option.hard_ttl()).await
     }
 
     async fn pre_vote(
@@ -176,7 +197,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("pre-vote", &rpc, &option).await
+        self.call("pre-vote", &rpc, option.hard_ttl()).await
     }
 
     async fn full_snapshot(
@@ -195,7 +216,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         tokio::pin!(cancel);
         tokio::select! {
             closed = &mut cancel => Err(StreamingError::Closed(closed)),
-            res = self.call("snapshot", &req, &option) => Ok(res?),
+            res = self.call("snapshot", &req, option.hard_ttl()) => Ok(res?),
         }
     }
 
@@ -204,6 +225,22 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("transfer-leader", &req, &option).await
+        self.call("transfer-leader", &req, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn appends_with_entries_outlive_the_heartbeat_bound_and_heartbeats_keep_it() {
+        let heartbeat = RPCOption::new(Duration::from_millis(50));
+        assert_eq!(append_ttl(false, &heartbeat), Duration::from_millis(50));
+        assert_eq!(append_ttl(true, &heartbeat), APPEND_TTL_FLOOR);
+        // A longer bound from openraft is kept as it is.
+        let long = RPCOption::new(APPEND_TTL_FLOOR * 3);
+        assert_eq!(append_ttl(true, &long), APPEND_TTL_FLOOR * 3);
     }
 }
