@@ -324,27 +324,25 @@ where
         None => n,
     };
     let mut common = 0;
-    if k < n && n_new > 0 {
-        let (mut fo, mut fn_) = (old.focus(), new.focus());
-        while k + common < n && common < n_new {
-            let (ro, co) = fo.chunk_at(k + common);
-            let (rn, cn) = fn_.chunk_at(common);
-            let a = &co[k + common - ro.start..];
-            let b = &cn[common - rn.start..];
-            let len = a.len().min(b.len());
-            if std::ptr::eq(a.as_ptr(), b.as_ptr()) {
-                common += len;
-                continue;
-            }
-            let same = a[..len]
-                .iter()
-                .zip(&b[..len])
-                .take_while(|(x, y)| x == y)
-                .count();
-            common += same;
-            if same < len {
-                break;
-            }
+    let (mut fo, mut fn_) = (old.focus(), new.focus());
+    while k + common < n && common < n_new {
+        let (ro, co) = fo.chunk_at(k + common);
+        let (rn, cn) = fn_.chunk_at(common);
+        let a = &co[k + common - ro.start..];
+        let b = &cn[common - rn.start..];
+        let len = a.len().min(b.len());
+        if std::ptr::eq(a.as_ptr(), b.as_ptr()) {
+            common += len;
+            continue;
+        }
+        let same = a[..len]
+            .iter()
+            .zip(&b[..len])
+            .take_while(|(x, y)| x == y)
+            .count();
+        common += same;
+        if same < len {
+            break;
         }
     }
     pairs_moved(
