@@ -396,6 +396,16 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         );
     }
 
+    // The leader logs what a slow walk covered (entries, workloads, time per part).
+    let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("a slow state digest walk"))
+        .take(10)
+    {
+        println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
+    }
+
     // The leader has been cycling over the whole backlog while it was filled and probed;
     // a quiet half minute gives the figures of cycles over the full backlog alone.
     let before = leader_metrics(&http, &addr).await?;

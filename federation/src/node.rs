@@ -203,6 +203,10 @@ impl Node {
             contact: Default::default(),
         };
         let mut tasks = vec![
+            tokio::spawn(crate::raft::digest_warmer::warm_loop(
+                state.data.clone(),
+                state.digest_cache.clone(),
+            )),
             tokio::spawn(crate::raft::snapshot_policy::snapshot_loop(
                 raft.clone(),
                 state.log_stats.clone(),

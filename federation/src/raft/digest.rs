@@ -15,7 +15,11 @@
 use std::hash::Hasher;
 use std::io;
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use serde::Serialize;
+use tideway_api::{PendingReason, Workload, WorkloadStatus};
 
 use tideway_api::clock::{Clock, RealClock};
 
@@ -117,36 +121,166 @@ where
     Ok(())
 }
 
-/// The workloads' sum, moved. A pending workload's reason is shared by every workload of its
-/// shape blocked by the same thing, and with its verdict per member it is most of the
-/// workload's encoding: it is hashed once per walk (by allocation) and the workload is
-/// hashed with that hash in its place.
+/// A workload without its pending reason, encoded field by field (the destructuring names
+/// every field, so one added later is hashed or fails to compile, never silently left out).
+/// Encoding this view instead of a clone with the reason taken out saves an allocation per
+/// changed workload, which at a million pending was most of a walk over a cycle's entry.
+struct WithoutReason<'a>(&'a Workload);
+
+impl Serialize for WithoutReason<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Workload {
+            api_version,
+            kind,
+            metadata,
+            spec,
+            status,
+        } = self.0;
+        let status = status.as_ref().map(|st| {
+            let WorkloadStatus {
+                phase,
+                pending_reason: _,
+                message,
+                cluster,
+                attempts,
+                submitted_at,
+                admitted_at,
+                started_at,
+                finished_at,
+                nodes,
+                retry_not_before,
+                last_checkpoint_at,
+            } = st;
+            (
+                phase,
+                message,
+                cluster,
+                attempts,
+                submitted_at,
+                admitted_at,
+                started_at,
+                finished_at,
+                nodes,
+                retry_not_before,
+                last_checkpoint_at,
+            )
+        });
+        (api_version, kind, metadata, spec, status).serialize(s)
+    }
+}
+
+/// Whether `a` and `b` differ at most in their pending reason. Cheaper than encoding either:
+/// a scheduling cycle's entry mostly changes reasons only, of many workloads at once.
+fn same_but_reason(a: &Workload, b: &Workload) -> bool {
+    let Workload {
+        api_version,
+        kind,
+        metadata,
+        spec,
+        status,
+    } = a;
+    let same_status = match (status, &b.status) {
+        (None, None) => true,
+        (Some(x), Some(y)) => {
+            let WorkloadStatus {
+                phase,
+                pending_reason: _,
+                message,
+                cluster,
+                attempts,
+                submitted_at,
+                admitted_at,
+                started_at,
+                finished_at,
+                nodes,
+                retry_not_before,
+                last_checkpoint_at,
+            } = x;
+            *phase == y.phase
+                && *attempts == y.attempts
+                && *submitted_at == y.submitted_at
+                && *admitted_at == y.admitted_at
+                && *started_at == y.started_at
+                && *finished_at == y.finished_at
+                && *retry_not_before == y.retry_not_before
+                && *last_checkpoint_at == y.last_checkpoint_at
+                && *cluster == y.cluster
+                && *message == y.message
+                && *nodes == y.nodes
+        }
+        _ => false,
+    };
+    same_status
+        && *api_version == b.api_version
+        && *kind == b.kind
+        && *metadata == b.metadata
+        && *spec == b.spec
+}
+
+/// Hashes of pending reasons, once per walk each: a reason is shared (one allocation) by
+/// every workload of its shape blocked by the same thing, and with its verdict per member
+/// it is most of a pending workload's encoding.
+#[derive(Default)]
+struct ReasonHashes(std::collections::HashMap<*const PendingReason, u64>);
+
+impl ReasonHashes {
+    /// The reason's part of a workload's hash: the reason's hash tied to the name, so that
+    /// two workloads swapping reasons change the sum.
+    fn part(&mut self, name: &str, w: &Workload) -> Result<u64, Error> {
+        let Some(reason) = w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) else {
+            return Ok(0);
+        };
+        let h = match self.0.get(&Arc::as_ptr(reason)) {
+            Some(h) => *h,
+            None => {
+                let h = hash_of(&**reason)?;
+                self.0.insert(Arc::as_ptr(reason), h);
+                h
+            }
+        };
+        hash_of(&(name, h))
+    }
+
+    /// A workload's hash: its encoding without the reason, plus the reason's part.
+    fn workload(&mut self, name: &str, w: &Workload) -> Result<u64, Error> {
+        Ok(hash_of(&(name, WithoutReason(w)))?.wrapping_add(self.part(name, w)?))
+    }
+}
+
+/// The workloads' sum, moved. A workload whose reason alone changed (what most of a
+/// scheduling cycle's entry does) moves only the reason's part of its hash.
 fn workloads_moved(
     sum: &mut u64,
     old: &crate::state::workloads::WorkloadMap,
     new: &crate::state::workloads::WorkloadMap,
+    count: &mut WalkCount,
 ) -> Result<(), Error> {
-    use std::sync::Arc;
-    let mut reasons: std::collections::HashMap<*const tideway_api::PendingReason, u64> =
-        Default::default();
-    map_moved_with(sum, old, new, |name, w| {
-        let Some(reason) = w.status.as_ref().and_then(|s| s.pending_reason.as_ref()) else {
-            return hash_of(&(name, w, None::<u64>));
-        };
-        let reason_hash = match reasons.get(&Arc::as_ptr(reason)) {
-            Some(h) => *h,
-            None => {
-                let h = hash_of(&**reason)?;
-                reasons.insert(Arc::as_ptr(reason), h);
-                h
+    use imbl::ordmap::DiffItem;
+    let mut reasons = ReasonHashes::default();
+    for d in old.diff(new) {
+        match d {
+            DiffItem::Add(k, v) => {
+                count.workloads += 1;
+                add(sum, reasons.workload(k, v)?);
             }
-        };
-        let mut without = (**w).clone();
-        if let Some(status) = without.status.as_mut() {
-            status.pending_reason = None;
+            DiffItem::Remove(k, v) => {
+                count.workloads += 1;
+                sub(sum, reasons.workload(k, v)?);
+            }
+            DiffItem::Update { old, new } => {
+                count.workloads += 1;
+                if same_but_reason(old.1, new.1) {
+                    count.reasons_only += 1;
+                    sub(sum, reasons.part(old.0, old.1)?);
+                    add(sum, reasons.part(new.0, new.1)?);
+                } else {
+                    sub(sum, reasons.workload(old.0, old.1)?);
+                    add(sum, reasons.workload(new.0, new.1)?);
+                }
+            }
         }
-        hash_of(&(name, &without, Some(reason_hash)))
-    })
+    }
+    Ok(())
 }
 
 fn set_moved<A: Serialize + Ord + Clone>(
@@ -395,12 +529,24 @@ impl Sums {
     /// The sums of `s`, from scratch: moved from a state with none of the large parts, so
     /// that the from-scratch digest and the incremental one share every line that hashes.
     fn of(s: &FederationState) -> Result<Self, Error> {
-        Self::default().moved(&FederationState::default(), s)
+        Self::default().moved(&FederationState::default(), s, &mut WalkCount::default())
     }
 
     /// The sums of `new`, from those of `old` (`self`).
-    fn moved(mut self, old: &FederationState, new: &FederationState) -> Result<Self, Error> {
-        workloads_moved(&mut self.workloads, &old.workloads, &new.workloads)?;
+    fn moved(
+        mut self,
+        old: &FederationState,
+        new: &FederationState,
+        count: &mut WalkCount,
+    ) -> Result<Self, Error> {
+        let mut lap = RealClock.instant();
+        let mut part = |name: &'static str, count: &mut WalkCount| {
+            let now = RealClock.instant();
+            count.parts.push((name, now.duration_since(lap)));
+            lap = now;
+        };
+        workloads_moved(&mut self.workloads, &old.workloads, &new.workloads, count)?;
+        part("workloads", count);
         map_moved(&mut self.order, &old.order, &new.order)?;
         map_moved(&mut self.idempotency, &old.idempotency, &new.idempotency)?;
         set_moved(
@@ -409,8 +555,11 @@ impl Sums {
             &new.idempotency_expiry,
         )?;
         map_moved(&mut self.uids, &old.uids, &new.uids)?;
+        part("names", count);
         assignments_moved(&mut self.assignments, old, new)?;
+        part("assignments", count);
         members_moved(&mut self.members, old, new)?;
+        part("members", count);
         map_moved(
             &mut self.placements,
             &old.scheduling.placements,
@@ -435,6 +584,7 @@ impl Sums {
             guaranteed_series(old),
             guaranteed_series(new),
         )?;
+        part("usage", count);
         // The trail only grows at the back and is cut at the front, and a record never
         // changes: the records before `new`'s first leave, those after `old`'s last arrive.
         let (old_ev, new_ev) = (&old.audit.events, &new.audit.events);
@@ -452,6 +602,7 @@ impl Sums {
         for e in new_ev.focus().narrow(arrived..) {
             add(&mut self.audit, hash_of(e)?);
         }
+        part("audit", count);
         Ok(self)
     }
 }
@@ -511,6 +662,26 @@ pub fn state_digest(state: &FederationState) -> Result<String, Error> {
     digest_with(state, &Sums::of(state)?)
 }
 
+/// What a walk covered, for the log line of a slow one: how many workloads it hashed (and of
+/// those, how many changed only their pending reason), and how long each part took.
+#[derive(Debug, Clone, Default)]
+pub struct WalkCount {
+    pub workloads: u64,
+    pub reasons_only: u64,
+    pub parts: Vec<(&'static str, Duration)>,
+}
+
+/// This thread's time on a CPU and waiting for one, in nanoseconds (Linux; None elsewhere):
+/// tells a slow walk that worked from one that was kept off the CPU on a busy machine.
+fn thread_schedstat() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// A walk at least this long is logged with what it covered.
+const SLOW_WALK: Duration = Duration::from_millis(20);
+
 /// How long a digest's parts took (a digest answered from the cache has none).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -531,6 +702,8 @@ fn poisoned() -> Error {
 #[derive(Debug, Default)]
 pub struct DigestCache {
     last: std::sync::Mutex<Option<Last>>,
+    /// When a reader last asked for a digest (see [`super::digest_warmer`]).
+    asked: std::sync::Mutex<Option<Instant>>,
 }
 
 #[derive(Debug)]
@@ -598,7 +771,25 @@ impl DigestSource {
 
 impl DigestCache {
     /// Under the state lock: the cached digest of `d`'s index, or a copy of `d`'s state.
+    /// A reader's ask: it keeps the digest warm for a while ([`Self::asked_within`]).
     pub fn source(&self, d: &StateMachineData) -> DigestSource {
+        if let Ok(mut asked) = self.asked.lock() {
+            *asked = Some(RealClock.instant());
+        }
+        self.source_unasked(d)
+    }
+
+    /// Whether a reader asked for a digest within `span`.
+    pub fn asked_within(&self, span: Duration) -> bool {
+        self.asked
+            .lock()
+            .ok()
+            .and_then(|a| *a)
+            .is_some_and(|at| at.elapsed() <= span)
+    }
+
+    /// `source`, for the warmer: not a reader's ask.
+    pub fn source_unasked(&self, d: &StateMachineData) -> DigestSource {
         let index = |at: Option<LogId>| at.map_or(0, |l| l.index());
         let mut behind = u64::MAX;
         // Not waited for: a walk in progress holds the lock, and this runs under the state's.
@@ -659,11 +850,37 @@ impl DigestCache {
         }
         let clock = RealClock;
         let started = clock.instant();
+        let mut count = WalkCount::default();
+        let sched_before = thread_schedstat();
         let sums = match g.as_ref() {
-            Some(last) => last.sums.moved(&last.state, &state)?,
+            Some(last) => last.sums.moved(&last.state, &state, &mut count)?,
             None => Sums::of(&state)?,
         };
         let walked = clock.instant();
+        let walk = walked.duration_since(started);
+        if walk >= SLOW_WALK && g.is_some() {
+            let (on_cpu_ms, waiting_ms) = match (sched_before, thread_schedstat()) {
+                (Some(a), Some(b)) => (
+                    b.0.saturating_sub(a.0) as f64 / 1e6,
+                    b.1.saturating_sub(a.1) as f64 / 1e6,
+                ),
+                _ => (f64::NAN, f64::NAN),
+            };
+            let behind = match (g.as_ref().and_then(|l| l.at), at) {
+                (Some(from), Some(to)) => to.index().saturating_sub(from.index()),
+                _ => 0,
+            };
+            tracing::info!(
+                walk_ms = walk.as_secs_f64() * 1e3,
+                on_cpu_ms,
+                waiting_for_cpu_ms = waiting_ms,
+                entries = behind,
+                workloads = count.workloads,
+                reasons_only = count.reasons_only,
+                parts = ?count.parts,
+                "a slow state digest walk"
+            );
+        }
         let digest = digest_with(&state, &sums)?;
         let encoded = clock.instant();
         // The old copy holds the versions of what changed since. Freeing them took up to
@@ -678,7 +895,7 @@ impl DigestCache {
             free_later(old);
         }
         let timing = Timing {
-            walk: walked.duration_since(started),
+            walk,
             rest: encoded.duration_since(walked),
             free: encoded.elapsed(),
         };
@@ -723,6 +940,66 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(state_digest(&other).expect("digest"), changed);
+    }
+
+    #[test]
+    fn a_change_of_pending_reason_alone_moves_the_digest_as_from_scratch() {
+        use tideway_api::{PodSet, WorkloadClass, WorkloadPhase, WorkloadSpec};
+        let log_id = |i| openraft::testing::log_id::<TypeConfig>(1, 1, i);
+        let quota = |used| {
+            PendingReason::QuotaExhausted {
+                queue: "q".into(),
+                flavor: "H100".into(),
+                used,
+                limit: 8,
+            }
+            .shared()
+        };
+        let pending = |name: &str, reason: Arc<PendingReason>| {
+            let spec = WorkloadSpec::new(
+                "q",
+                WorkloadClass::Training,
+                vec![PodSet::new("p", 1, 1, "H100")],
+            );
+            let mut w = Workload::new(name, spec);
+            w.status = Some(WorkloadStatus {
+                phase: WorkloadPhase::Pending,
+                pending_reason: Some(reason),
+                ..Default::default()
+            });
+            w
+        };
+        let cache = DigestCache::default();
+        let mut d = StateMachineData::default();
+        d.state.workloads.insert("a", pending("a", quota(8)));
+        d.state.workloads.insert("b", pending("b", quota(7)));
+        d.last_applied = Some(log_id(1));
+        let first = cache.get(&d).expect("digest");
+        let mut seen = vec![first.clone()];
+        // The reasons change places, then one changes alone, then one goes: each digest is
+        // the one from scratch, and none equals an earlier one.
+        let steps: [(&str, Option<Arc<PendingReason>>); 4] = [
+            ("a", Some(quota(7))),
+            ("b", Some(quota(8))),
+            ("a", Some(PendingReason::Queued.shared())),
+            ("b", None),
+        ];
+        for (i, (name, reason)) in steps.into_iter().enumerate() {
+            let w = d.state.workloads.get_mut(name).expect("workload");
+            w.status.as_mut().expect("status").pending_reason = reason;
+            d.last_applied = Some(log_id(2 + i as u64));
+            let got = cache.get(&d).expect("digest");
+            assert_eq!(got, state_digest(&d.state).expect("digest"), "step {i}");
+            assert!(!seen.contains(&got), "step {i}: {got} seen before");
+            seen.push(got);
+        }
+        // Back to the first state by another path: the first digest again.
+        for (name, used) in [("a", 8), ("b", 7)] {
+            let w = d.state.workloads.get_mut(name).expect("workload");
+            w.status.as_mut().expect("status").pending_reason = Some(quota(used));
+        }
+        d.last_applied = Some(log_id(9));
+        assert_eq!(cache.get(&d).expect("digest"), first);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! HTTP transport between federation nodes.
 
 pub mod digest;
+pub mod digest_warmer;
 pub mod leader_watch;
 pub mod log_store;
 pub mod network;
