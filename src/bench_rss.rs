@@ -159,7 +159,7 @@ pub async fn run(run: RssRun) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let clock = RealClock;
     let start = clock.instant();
-    while client.cluster_status().await.is_err() {
+    while client.cluster_status_brief().await.is_err() {
         if start.elapsed() > Duration::from_secs(60) {
             bail!("tideway dev did not answer within 60 s");
         }

@@ -48,7 +48,7 @@ for i in 1 2 3; do
   fi
 done
 etcd_leader=${etcd_leader:-127.0.0.1:$((EP + 1))}
-tw_leader_id=$("$bin" cluster status --addr 127.0.0.1:$((TP + 1)) -o json | sed -n 's/.*"leader": *\([0-9]*\).*/\1/p' | head -1)
+tw_leader_id=$("$bin" cluster status --no-digest --addr 127.0.0.1:$((TP + 1)) -o json | sed -n 's/.*"leader": *\([0-9]*\).*/\1/p' | head -1)
 tw_leader=127.0.0.1:$((TP + ${tw_leader_id:-1}))
 echo "etcd leader $etcd_leader, Tideway leader $tw_leader; $pairs pairs of ${secs} s, wrk -t2 -c64"
 

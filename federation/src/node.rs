@@ -178,7 +178,7 @@ impl Node {
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let forwarder = Forwarder::new(raft.clone(), http.clone(), filter.clone(), plane);
         let proposer = Proposer::start(raft.clone(), forwarder.clone());
-        let state = AppState {
+        let state = AppState::new(crate::server::Shared {
             raft: raft.clone(),
             data,
             proposer,
@@ -201,7 +201,7 @@ impl Node {
                 .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
             redispatch_waits: Default::default(),
             contact: Default::default(),
-        };
+        });
         let mut tasks = vec![
             tokio::spawn(crate::raft::digest_warmer::warm_loop(
                 state.data.clone(),

@@ -495,7 +495,7 @@ async function refresh() {
     }
   };
   await Promise.all([
-    settle("cluster", async () => renderRaft(await api("/v1/cluster/status"))),
+    settle("cluster", async () => renderRaft(await api("/v1/cluster/status?digest=false"))),
     settle("capacity", async () => renderCapacity(await api("/v1/capacity"))),
     settle("members", async () => renderMembers(await api("/v1/members"))),
     settle("workloads", async () => { workloads = await loadWorkloads(); }),

@@ -69,6 +69,18 @@ async fn cli_submit_get_list_and_cluster_status() {
         ok && out.contains("leader:") && out.contains("APPLIED"),
         "{out}"
     );
+    // `--no-digest`: every node answers, none with a digest.
+    let (ok, out, err) = tideway(&addr, &["cluster", "status", "--no-digest", "-o", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["nodes"].as_array().map(|a| a.len()), Some(3));
+    for n in v["nodes"].as_array().unwrap() {
+        assert!(n["status"]["lastApplied"].as_u64().unwrap_or(0) > 0, "{n}");
+        assert!(
+            n["status"].get("stateDigest").is_none_or(|d| d.is_null()),
+            "{n}"
+        );
+    }
 
     // Remove a follower; the membership shrinks to two voters.
     let leader =
