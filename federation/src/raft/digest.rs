@@ -121,100 +121,54 @@ where
     Ok(())
 }
 
-/// A workload without its pending reason, encoded field by field (the destructuring names
-/// every field, so one added later is hashed or fails to compile, never silently left out).
-/// Encoding this view instead of a clone with the reason taken out saves an allocation per
-/// changed workload, which at a million pending was most of a walk over a cycle's entry.
-struct WithoutReason<'a>(&'a Workload);
-
-impl Serialize for WithoutReason<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let Workload {
-            api_version,
-            kind,
-            metadata,
-            spec,
-            status,
-        } = self.0;
-        let status = status.as_ref().map(|st| {
-            let WorkloadStatus {
-                phase,
-                pending_reason: _,
-                message,
-                cluster,
-                attempts,
-                submitted_at,
-                admitted_at,
-                started_at,
-                finished_at,
-                nodes,
-                retry_not_before,
-                last_checkpoint_at,
-            } = st;
-            (
-                phase,
-                message,
-                cluster,
-                attempts,
-                submitted_at,
-                admitted_at,
-                started_at,
-                finished_at,
-                nodes,
-                retry_not_before,
-                last_checkpoint_at,
-            )
-        });
-        (api_version, kind, metadata, spec, status).serialize(s)
-    }
-}
-
-/// Whether `a` and `b` differ at most in their pending reason. Cheaper than encoding either:
-/// a scheduling cycle's entry mostly changes reasons only, of many workloads at once.
-fn same_but_reason(a: &Workload, b: &Workload) -> bool {
+/// A workload's fields but its pending reason (the destructuring names every field, so one
+/// added later is hashed and compared, or fails to compile, never silently left out).
+fn without_reason(w: &Workload) -> impl Serialize + PartialEq + '_ {
     let Workload {
         api_version,
         kind,
         metadata,
         spec,
         status,
-    } = a;
-    let same_status = match (status, &b.status) {
-        (None, None) => true,
-        (Some(x), Some(y)) => {
-            let WorkloadStatus {
-                phase,
-                pending_reason: _,
-                message,
-                cluster,
-                attempts,
-                submitted_at,
-                admitted_at,
-                started_at,
-                finished_at,
-                nodes,
-                retry_not_before,
-                last_checkpoint_at,
-            } = x;
-            *phase == y.phase
-                && *attempts == y.attempts
-                && *submitted_at == y.submitted_at
-                && *admitted_at == y.admitted_at
-                && *started_at == y.started_at
-                && *finished_at == y.finished_at
-                && *retry_not_before == y.retry_not_before
-                && *last_checkpoint_at == y.last_checkpoint_at
-                && *cluster == y.cluster
-                && *message == y.message
-                && *nodes == y.nodes
-        }
-        _ => false,
-    };
-    same_status
-        && *api_version == b.api_version
-        && *kind == b.kind
-        && *metadata == b.metadata
-        && *spec == b.spec
+    } = w;
+    let status = status.as_ref().map(|st| {
+        let WorkloadStatus {
+            phase,
+            pending_reason: _,
+            message,
+            cluster,
+            attempts,
+            submitted_at,
+            admitted_at,
+            started_at,
+            finished_at,
+            nodes,
+            retry_not_before,
+            last_checkpoint_at,
+        } = st;
+        (
+            phase,
+            message,
+            cluster,
+            attempts,
+            submitted_at,
+            admitted_at,
+            started_at,
+            finished_at,
+            nodes,
+            retry_not_before,
+            last_checkpoint_at,
+        )
+    });
+    (api_version, kind, metadata, spec, status)
+}
+
+/// Whether `a` and `b` differ at most in their pending reason. Cheaper than encoding either:
+/// a scheduling cycle's entry mostly changes reasons only, of many workloads at once.
+/// Encoding the view instead of a clone with the reason taken out also saves an allocation
+/// per changed workload.
+fn same_but_reason(a: &Workload, b: &Workload) -> bool {
+    without_reason(a) == without_reason(b)
 }
 
 /// Hashes of pending reasons, once per walk each: a reason is shared (one allocation) by
@@ -243,7 +197,7 @@ impl ReasonHashes {
 
     /// A workload's hash: its encoding without the reason, plus the reason's part.
     fn workload(&mut self, name: &str, w: &Workload) -> Result<u64, Error> {
-        Ok(hash_of(&(name, WithoutReason(w)))?.wrapping_add(self.part(name, w)?))
+        Ok(hash_of(&(name, without_reason(w)))?.wrapping_add(self.part(name, w)?))
     }
 }
 
