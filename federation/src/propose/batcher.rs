@@ -159,7 +159,7 @@ pub async fn commit_local(
     cmds: Vec<Command>,
 ) -> Result<Vec<CommandResult>, ProposeError> {
     let n = cmds.len();
-    match raft.client_write(Request { commands: cmds }).await {
+    match raft.client_write(Request::new(cmds)).await {
         Ok(resp) => {
             let results = resp.data.results;
             if results.len() != n {

@@ -9,8 +9,8 @@ use std::io;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
@@ -19,6 +19,8 @@ use openraft::{OptionalSend, RaftLogReader, RaftTypeConfig};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use super::log_tail::LogTail;
 
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_logs");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
@@ -40,17 +42,20 @@ pub struct LogStats {
 
 /// A redb-backed [`RaftLogStorage`], generic over the type config so the openraft
 /// conformance suite can drive it with its own types.
-pub struct RedbLogStore<C> {
+pub struct RedbLogStore<C: RaftTypeConfig> {
     db: Arc<Database>,
     stats: Arc<LogStats>,
+    /// The newest entries, decoded, shared with the readers (see [`super::log_tail`]).
+    tail: Arc<Mutex<LogTail<EntryOf<C>>>>,
     _c: PhantomData<fn() -> C>,
 }
 
-impl<C> Clone for RedbLogStore<C> {
+impl<C: RaftTypeConfig> Clone for RedbLogStore<C> {
     fn clone(&self) -> Self {
         Self {
             db: self.db.clone(),
             stats: self.stats.clone(),
+            tail: self.tail.clone(),
             _c: PhantomData,
         }
     }
@@ -78,7 +83,7 @@ fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
 impl<C> RedbLogStore<C>
 where
     C: RaftTypeConfig,
-    EntryOf<C>: Serialize + DeserializeOwned,
+    EntryOf<C>: Serialize + DeserializeOwned + Clone,
     VoteOf<C>: Serialize + DeserializeOwned,
     LogIdOf<C>: Serialize + DeserializeOwned,
 {
@@ -103,6 +108,7 @@ where
         Ok(Self {
             db: Arc::new(db),
             stats: Arc::default(),
+            tail: Arc::default(),
             _c: PhantomData,
         })
     }
@@ -171,7 +177,7 @@ fn to_bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
 impl<C> RaftLogReader<C> for RedbLogStore<C>
 where
     C: RaftTypeConfig,
-    EntryOf<C>: Serialize + DeserializeOwned,
+    EntryOf<C>: Serialize + DeserializeOwned + Clone,
     VoteOf<C>: Serialize + DeserializeOwned,
     LogIdOf<C>: Serialize + DeserializeOwned,
 {
@@ -179,10 +185,14 @@ where
         &mut self,
         range: RB,
     ) -> Result<Vec<C::Entry>, io::Error> {
+        let (start, end) = to_bounds(&range);
+        if let Some(entries) = self.tail.lock().map_err(io_err)?.read(start, end) {
+            return Ok(entries);
+        }
         let txn = self.db.begin_read().map_err(io_err)?;
         let table = txn.open_table(LOGS).map_err(io_err)?;
         let mut out = Vec::new();
-        for item in table.range::<u64>(to_bounds(&range)).map_err(io_err)? {
+        for item in table.range::<u64>((start, end)).map_err(io_err)? {
             let (_k, v) = item.map_err(io_err)?;
             out.push(decode(v.value())?);
         }
@@ -197,7 +207,7 @@ where
 impl<C> RaftLogStorage<C> for RedbLogStore<C>
 where
     C: RaftTypeConfig,
-    EntryOf<C>: Serialize + DeserializeOwned,
+    EntryOf<C>: Serialize + DeserializeOwned + Clone,
     VoteOf<C>: Serialize + DeserializeOwned,
     LogIdOf<C>: Serialize + DeserializeOwned,
 {
@@ -247,8 +257,12 @@ where
         I::IntoIter: OptionalSend,
     {
         let mut encoded = Vec::new();
+        let mut kept = Vec::new();
         for e in entries {
-            encoded.push((e.log_id().index(), encode(&e)?));
+            let index = e.log_id().index();
+            let bytes = encode(&e)?;
+            kept.push((index, e, bytes.len()));
+            encoded.push((index, bytes));
         }
         let n = encoded.len() as u64;
         let bytes: u64 = encoded.iter().map(|(_, b)| b.len() as u64).sum();
@@ -264,6 +278,11 @@ where
         if res.is_ok() {
             self.stats.entries.fetch_add(n, Ordering::Relaxed);
             self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+            // Readable from the tail once durable, as from redb.
+            let mut tail = self.tail.lock().map_err(io_err)?;
+            for (index, e, size) in kept {
+                tail.appended(index, e, size);
+            }
         }
         let reported = match &res {
             Ok(()) => Ok(()),
@@ -275,6 +294,8 @@ where
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map(|l| l.index() + 1).unwrap_or(0);
+        // Cut first: a reader must not find in the tail what the log is losing.
+        self.tail.lock().map_err(io_err)?.truncate_from(from);
         self.write(move |txn| {
             let mut t = txn.open_table(LOGS).map_err(io_err)?;
             t.retain_in(from.., |_, _| false).map_err(io_err)?;
@@ -285,6 +306,7 @@ where
 
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         let upto = log_id.index();
+        self.tail.lock().map_err(io_err)?.purge_upto(upto);
         let bytes = encode(&Some(log_id))?;
         self.write(move |txn| {
             let mut m = txn.open_table(META).map_err(io_err)?;

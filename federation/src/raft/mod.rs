@@ -5,6 +5,7 @@ pub mod digest;
 pub mod digest_warmer;
 pub mod leader_watch;
 pub mod log_store;
+pub mod log_tail;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;

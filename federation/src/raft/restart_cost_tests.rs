@@ -73,11 +73,11 @@ fn restart_cost_per_workload() {
     // The log as a leader writes it: batches of submissions, each entry encoded.
     let entries: Vec<Vec<u8>> = (0..n / PER_ENTRY)
         .map(|e| {
-            let req = Request {
-                commands: (e * PER_ENTRY..(e + 1) * PER_ENTRY)
+            let req = Request::new(
+                (e * PER_ENTRY..(e + 1) * PER_ENTRY)
                     .map(submission)
                     .collect(),
-            };
+            );
             rmp_serde::to_vec_named(&req).expect("encode")
         })
         .collect();
@@ -89,7 +89,7 @@ fn restart_cost_per_workload() {
     let mut state = FederationState::default();
     for (e, bytes) in entries.iter().enumerate() {
         let req: Request = rmp_serde::from_slice(bytes).expect("decode");
-        for c in req.commands {
+        for c in req.into_commands() {
             state.apply(e as u64 + 1, c);
         }
     }

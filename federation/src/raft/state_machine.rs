@@ -207,7 +207,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Normal(req) => {
                         let index = entry.log_id.index();
                         let results = req
-                            .commands
+                            .into_commands()
                             .into_iter()
                             .map(|c| d.state.apply(index, c))
                             .collect();

@@ -15,10 +15,44 @@ use tideway_api::{
 /// One Raft entry's payload: a batch of commands, so that many concurrent submissions share one
 /// log entry, one replication message and one fsync. On disk and on the wire it travels in a
 /// [`LogFormat`] envelope.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(into = "LogFormat", from = "LogFormat")]
+///
+/// The commands are shared: the log keeps the entries it appended in memory for replication
+/// and apply to read back (`raft::log_store`), and every read is a copy of the entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(from = "LogFormat")]
 pub struct Request {
-    pub commands: Vec<Command>,
+    pub commands: std::sync::Arc<Vec<Command>>,
+}
+
+impl Request {
+    pub fn new(commands: Vec<Command>) -> Self {
+        Self {
+            commands: std::sync::Arc::new(commands),
+        }
+    }
+
+    /// The commands, to apply: moved out when this is the only copy, cloned otherwise.
+    pub fn into_commands(self) -> Vec<Command> {
+        std::sync::Arc::unwrap_or_clone(self.commands)
+    }
+}
+
+/// Encoded as a [`LogFormat`] (the same bytes), from a borrow: `serde(into)` would clone the
+/// whole batch for every encoding (the log, and each follower's append).
+impl Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LogFormatRef::V1 {
+            commands: &self.commands,
+        }
+        .serialize(s)
+    }
+}
+
+/// [`LogFormat`], borrowed, for encoding.
+#[derive(Serialize)]
+enum LogFormatRef<'a> {
+    #[serde(rename = "v1")]
+    V1 { commands: &'a [Command] },
 }
 
 /// The versioned form of a log entry's payload. A node meeting a version it does not know
@@ -30,18 +64,10 @@ enum LogFormat {
     V1 { commands: Vec<Command> },
 }
 
-impl From<Request> for LogFormat {
-    fn from(r: Request) -> Self {
-        LogFormat::V1 {
-            commands: r.commands,
-        }
-    }
-}
-
 impl From<LogFormat> for Request {
     fn from(f: LogFormat) -> Self {
         match f {
-            LogFormat::V1 { commands } => Request { commands },
+            LogFormat::V1 { commands } => Request::new(commands),
         }
     }
 }
@@ -304,13 +330,20 @@ mod tests {
 
     #[test]
     fn log_entries_carry_their_format_and_refuse_an_unknown_one() {
-        let req = Request {
-            commands: vec![Command::ReportStatus {
-                cluster: "c1".into(),
-                statuses: vec![],
-            }],
-        };
+        let req = Request::new(vec![Command::ReportStatus {
+            cluster: "c1".into(),
+            statuses: vec![],
+        }]);
         let bytes = rmp_serde::to_vec_named(&req).expect("encode");
+        // The borrowed encoding is the owned envelope's, byte for byte.
+        let owned = LogFormat::V1 {
+            commands: (*req.commands).clone(),
+        };
+        assert_eq!(bytes, rmp_serde::to_vec_named(&owned).expect("encode"));
+        assert_eq!(
+            serde_json::to_string(&req).expect("json"),
+            serde_json::to_string(&owned).expect("json")
+        );
         let v: rmp_serde::decode::Error =
             rmp_serde::from_slice::<Request>(&rename_version(&bytes)).expect_err("v2 refused");
         assert!(v.to_string().contains("unknown variant `v2`"), "{v}");
