@@ -41,24 +41,21 @@ impl<E: Clone> LogTail<E> {
     /// Entries just made durable, at `index` (contiguous with what is held, or the tail
     /// starts over there), with their encoded size.
     pub fn appended(&mut self, index: u64, entry: E, bytes: usize) {
-        let contiguous = self
-            .entries
-            .last_key_value()
-            .is_none_or(|(last, _)| last.checked_add(1) == Some(index));
-        if !contiguous {
-            self.truncate_from(index);
-            if self
-                .entries
+        let follows = |t: &Self| {
+            t.entries
                 .last_key_value()
-                .is_some_and(|(last, _)| last.checked_add(1) != Some(index))
-            {
+                .is_none_or(|(last, _)| last.checked_add(1) == Some(index))
+        };
+        // An overwrite drops what it replaces and all after; a gap drops everything, so
+        // that what is held stays one run (and `index` is never already held below).
+        if !follows(self) {
+            self.truncate_from(index);
+            if !follows(self) {
                 self.entries.clear();
                 self.bytes = 0;
             }
         }
-        if let Some((_, old)) = self.entries.insert(index, (entry, bytes)) {
-            self.bytes -= old;
-        }
+        self.entries.insert(index, (entry, bytes));
         self.bytes += bytes;
         while self.bytes > TAIL_BYTES || self.entries.len() > TAIL_ENTRIES {
             match self.entries.pop_first() {

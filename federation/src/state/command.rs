@@ -17,7 +17,8 @@ use tideway_api::{
 /// [`LogFormat`] envelope.
 ///
 /// The commands are shared: the log keeps the entries it appended in memory for replication
-/// and apply to read back (`raft::log_store`), and every read is a copy of the entry.
+/// and apply to read back (`raft::log_tail`), and every read is a copy of the entry.
+/// `LogFormatRef` below must stay the borrowed twin of [`LogFormat`]: a test compares their bytes.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(from = "LogFormat")]
 pub struct Request {
