@@ -168,7 +168,7 @@ impl Node {
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let filter = PeerFilter::default();
         let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
-        let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone());
+        let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone(), log.tail());
         let plane_for_watch = plane.clone();
         let log_stats = log.stats();
         let data = sm.data();

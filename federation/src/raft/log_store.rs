@@ -117,6 +117,12 @@ where
         self.stats.clone()
     }
 
+    /// The decoded tail with each entry's encoded bytes, for the transport to send them as
+    /// they are.
+    pub fn tail(&self) -> Arc<Mutex<LogTail<EntryOf<C>>>> {
+        self.tail.clone()
+    }
+
     /// Runs a durable write transaction off the async workers: the fsync blocks.
     async fn write<F>(&self, f: F) -> io::Result<()>
     where
@@ -260,8 +266,8 @@ where
         let mut kept = Vec::new();
         for e in entries {
             let index = e.log_id().index();
-            let bytes = encode(&e)?;
-            kept.push((index, e, bytes.len()));
+            let bytes: Arc<[u8]> = encode(&e)?.into();
+            kept.push((index, e, bytes.clone()));
             encoded.push((index, bytes));
         }
         let n = encoded.len() as u64;
@@ -270,7 +276,7 @@ where
             .write(move |txn| {
                 let mut t = txn.open_table(LOGS).map_err(io_err)?;
                 for (idx, bytes) in &encoded {
-                    t.insert(*idx, bytes.as_slice()).map_err(io_err)?;
+                    t.insert(*idx, &bytes[..]).map_err(io_err)?;
                 }
                 Ok(())
             })
@@ -280,8 +286,8 @@ where
             self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
             // Readable from the tail once durable, as from redb.
             let mut tail = self.tail.lock().map_err(io_err)?;
-            for (index, e, size) in kept {
-                tail.appended(index, e, size);
+            for (index, e, bytes) in kept {
+                tail.appended(index, e, bytes);
             }
         }
         let reported = match &res {

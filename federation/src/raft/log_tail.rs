@@ -9,9 +9,14 @@
 //!
 //! It mirrors redb for the indexes it holds: filled after an append is durable, cut with a
 //! truncation or a purge, and always one contiguous run ending at the last appended entry.
+//!
+//! Each entry is held with the bytes it was written to redb as, which are also its bytes
+//! inside an append RPC: the leader sends them to its followers as they are
+//! (`network::encode_append`) instead of encoding the same entry once per follower.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// Encoded bytes of entries kept at most: replication and apply read within the last few
 /// batches; a follower further behind is served from redb. Small, because the decoded
@@ -24,7 +29,7 @@ pub const TAIL_ENTRIES: usize = 1024;
 
 #[derive(Debug)]
 pub struct LogTail<E> {
-    entries: BTreeMap<u64, (E, usize)>,
+    entries: BTreeMap<u64, (E, Arc<[u8]>)>,
     bytes: usize,
 }
 
@@ -39,8 +44,8 @@ impl<E> Default for LogTail<E> {
 
 impl<E: Clone> LogTail<E> {
     /// Entries just made durable, at `index` (contiguous with what is held, or the tail
-    /// starts over there), with their encoded size.
-    pub fn appended(&mut self, index: u64, entry: E, bytes: usize) {
+    /// starts over there), with their encoded bytes.
+    pub fn appended(&mut self, index: u64, entry: E, encoded: Arc<[u8]>) {
         let follows = |t: &Self| {
             t.entries
                 .last_key_value()
@@ -55,11 +60,11 @@ impl<E: Clone> LogTail<E> {
                 self.bytes = 0;
             }
         }
-        self.entries.insert(index, (entry, bytes));
-        self.bytes += bytes;
+        self.bytes += encoded.len();
+        self.entries.insert(index, (entry, encoded));
         while self.bytes > TAIL_BYTES || self.entries.len() > TAIL_ENTRIES {
             match self.entries.pop_first() {
-                Some((_, (_, b))) => self.bytes -= b,
+                Some((_, (_, b))) => self.bytes -= b.len(),
                 None => break,
             }
         }
@@ -68,7 +73,7 @@ impl<E: Clone> LogTail<E> {
     /// Forgets the entries from `index` on (a truncation of the log after `index - 1`).
     pub fn truncate_from(&mut self, index: u64) {
         let dropped = self.entries.split_off(&index);
-        self.bytes -= dropped.values().map(|(_, b)| *b).sum::<usize>();
+        self.bytes -= dropped.values().map(|(_, b)| b.len()).sum::<usize>();
     }
 
     /// Forgets the entries up to `index` (a purge).
@@ -78,7 +83,7 @@ impl<E: Clone> LogTail<E> {
             None => BTreeMap::new(),
         };
         let dropped = std::mem::replace(&mut self.entries, kept);
-        self.bytes -= dropped.values().map(|(_, b)| *b).sum::<usize>();
+        self.bytes -= dropped.values().map(|(_, b)| b.len()).sum::<usize>();
     }
 
     /// Copies of the entries in the range, if the tail holds every index of it that the log
@@ -112,6 +117,13 @@ impl<E: Clone> LogTail<E> {
         )
     }
 
+    /// The encoded bytes of the entry at `index`, if held and `is_it` says it is the entry
+    /// the caller means (the log id: an index alone may have been rewritten since).
+    pub fn encoded(&self, index: u64, is_it: impl FnOnce(&E) -> bool) -> Option<Arc<[u8]>> {
+        let (e, b) = self.entries.get(&index)?;
+        is_it(e).then(|| b.clone())
+    }
+
     #[cfg(test)]
     pub fn span(&self) -> Option<(u64, u64, usize)> {
         Some((
@@ -128,12 +140,17 @@ mod tests {
 
     use super::*;
 
+    /// Encoded bytes of `n` bytes (their content does not matter to the tail).
+    fn b(n: usize) -> Arc<[u8]> {
+        vec![0u8; n].into()
+    }
+
     #[test]
     fn reads_only_what_it_holds_whole_and_follows_truncations_and_purges() {
         let mut t = LogTail::default();
         assert_eq!(t.read(Included(1), Excluded(2)), None);
         for i in 5..=9 {
-            t.appended(i, i * 10, 100);
+            t.appended(i, i * 10, b(100));
         }
         assert_eq!(t.read(Included(5), Excluded(8)), Some(vec![50, 60, 70]));
         assert_eq!(t.read(Included(7), Included(9)), Some(vec![70, 80, 90]));
@@ -145,11 +162,11 @@ mod tests {
         // A truncation after 6, then new entries from 7 on.
         t.truncate_from(7);
         assert_eq!(t.read(Included(5), Excluded(8)), None);
-        t.appended(7, 700, 100);
+        t.appended(7, 700, b(100));
         assert_eq!(t.read(Included(5), Excluded(8)), Some(vec![50, 60, 700]));
         assert_eq!(t.span(), Some((5, 7, 300)));
         // An append that overwrites the middle drops what followed it.
-        t.appended(6, 600, 50);
+        t.appended(6, 600, b(50));
         assert_eq!(t.span(), Some((5, 6, 150)));
         assert_eq!(t.read(Included(5), Included(6)), Some(vec![50, 600]));
         // A purge up to 5.
@@ -157,22 +174,37 @@ mod tests {
         assert_eq!(t.read(Included(5), Included(6)), None);
         assert_eq!(t.read(Included(6), Included(6)), Some(vec![600]));
         // A gap (a restart's first append far ahead): the tail starts over there.
-        t.appended(20, 2000, 10);
+        t.appended(20, 2000, b(10));
         assert_eq!(t.span(), Some((20, 20, 10)));
+    }
+
+    #[test]
+    fn answers_an_entrys_bytes_only_for_the_entry_meant() {
+        let mut t = LogTail::default();
+        t.appended(3, 30, vec![1, 2, 3].into());
+        assert_eq!(
+            t.encoded(3, |e| *e == 30).as_deref(),
+            Some(&[1u8, 2, 3][..])
+        );
+        // Another entry at that index (a term's rewrite the caller knows of), or none.
+        assert_eq!(t.encoded(3, |e| *e == 31), None);
+        assert_eq!(t.encoded(4, |_| true), None);
+        t.truncate_from(3);
+        assert_eq!(t.encoded(3, |_| true), None);
     }
 
     #[test]
     fn keeps_within_its_bounds() {
         let mut t = LogTail::default();
         for i in 0..(TAIL_ENTRIES as u64 + 10) {
-            t.appended(i, i, 1);
+            t.appended(i, i, b(1));
         }
         let (first, last, bytes) = t.span().expect("entries");
         assert_eq!(last - first + 1, TAIL_ENTRIES as u64);
         assert_eq!(bytes, TAIL_ENTRIES);
         let big = TAIL_BYTES / 3 + 1;
         for i in 0..3u64 {
-            t.appended(last + 1 + i, 0, big);
+            t.appended(last + 1 + i, 0, b(big));
         }
         let (_, _, bytes) = t.span().expect("entries");
         assert!(bytes <= TAIL_BYTES, "{bytes}");

@@ -3,6 +3,8 @@
 //! Commands carry every input that apply needs, including the time and the UID chosen by the
 //! proposing node, so that applying the same log on every node gives the same state.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::LocalStatus;
@@ -315,7 +317,8 @@ pub enum Rejection {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum StoredObject {
-    Workload(Box<Workload>),
+    /// Shared with the state's map: a submission's answer is the stored workload, not a copy.
+    Workload(Arc<Workload>),
     Queue(Box<Queue>),
     PriorityClass(Box<PriorityClass>),
     MemberCluster(Box<MemberCluster>),

@@ -7,7 +7,9 @@
 //! instead of JSON is still the same submission.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use tideway_api::Workload;
+use std::collections::BTreeMap;
+
+use tideway_api::{ObjectMeta, Workload};
 
 /// A submission's SHA-256, held as its 32 bytes and written as 64 lowercase hex digits (the
 /// form records have always had in snapshots and in the state digest, so both are the same
@@ -54,20 +56,86 @@ impl<'de> Deserialize<'de> for SubmissionDigest {
     }
 }
 
-/// SHA-256 of the workload's client-written content.
+/// SHA-256 of the workload's client-written content: its JSON without the server's stamps.
+///
+/// Every node computes it in apply for every submission, so the JSON is written from a
+/// borrowed view straight into the hash: no copy of the workload, no buffer. The bytes
+/// hashed are those of the workload with its stamps cleared (a test holds both equal), the
+/// form the records of earlier versions were made from.
 pub fn submission_digest(w: &Workload) -> SubmissionDigest {
-    let mut w = w.clone();
-    w.status = None;
-    w.metadata.uid = None;
-    w.metadata.resource_version = None;
-    w.metadata.generation = None;
-    w.metadata.creation_timestamp = None;
-    // Serializing a plain data type into a Vec does not fail; an empty digest input would
-    // only make every such submission compare equal, never corrupt state.
-    let bytes = serde_json::to_vec(&w).unwrap_or_default();
+    // Destructured field by field: a field added to the workload or its metadata does not
+    // compile here until it is placed in the digest or left out of it on purpose.
+    let Workload {
+        api_version,
+        kind,
+        metadata,
+        spec,
+        status: _,
+    } = w;
+    let ObjectMeta {
+        name,
+        labels,
+        annotations,
+        uid: _,
+        creation_timestamp: _,
+        resource_version: _,
+        generation: _,
+    } = metadata;
+    let view = DigestView {
+        api_version,
+        kind,
+        metadata: MetaView {
+            name,
+            labels,
+            annotations,
+        },
+        spec,
+    };
+    let mut hash = HashWriter(ring::digest::Context::new(&ring::digest::SHA256));
+    // Serializing plain data into a hash does not fail; were it to, the digest of what was
+    // written so far would only make such submissions compare equal, never corrupt state.
+    let _ = serde_json::to_writer(&mut hash, &view);
     let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
+    out.copy_from_slice(hash.0.finish().as_ref());
     SubmissionDigest(out)
+}
+
+/// The workload as [`submission_digest`] hashes it: `Workload`'s JSON with no status and
+/// metadata of name, labels and annotations (serde names and skips as the owned types).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DigestView<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    metadata: MetaView<'a>,
+    spec: &'a tideway_api::WorkloadSpec,
+}
+
+#[derive(Serialize)]
+struct MetaView<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "no_entries")]
+    labels: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "no_entries")]
+    annotations: &'a BTreeMap<String, String>,
+}
+
+fn no_entries(m: &&BTreeMap<String, String>) -> bool {
+    m.is_empty()
+}
+
+/// Feeds written bytes to a SHA-256 context.
+struct HashWriter(ring::digest::Context);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -124,6 +192,49 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// The digest as earlier versions made it: a copy with the stamps cleared, as JSON.
+    fn digest_of_a_cleared_copy(w: &Workload) -> SubmissionDigest {
+        let mut w = w.clone();
+        w.status = None;
+        w.metadata.uid = None;
+        w.metadata.resource_version = None;
+        w.metadata.generation = None;
+        w.metadata.creation_timestamp = None;
+        let bytes = serde_json::to_vec(&w).expect("encode");
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
+        SubmissionDigest(out)
+    }
+
+    #[test]
+    fn the_borrowed_view_hashes_the_bytes_of_a_cleared_copy() {
+        let rich: Workload = tideway_api::decode_json(
+            br#"{"apiVersion":"tideway.dev/v1alpha1","kind":"Workload",
+            "metadata":{"name":"llama-ft-1","uid":"u-1","labels":{"team":"nlp","tier":"a"},
+              "annotations":{"note":"quote \" and \u00e9"},"resourceVersion":9,"generation":2,
+              "creationTimestamp":"2026-12-05T10:00:00Z"},
+            "spec":{"queue":"default","class":"training","priorityClass":"normal",
+              "podSets":[{"name":"worker","count":2,"gpusPerPod":8,"flavor":"H100"},
+                         {"name":"ps","count":1,"gpusPerPod":1,"flavor":"H100"}],
+              "gang":{"minCount":2},"topology":{"required":"rack"},
+              "runtimeEstimateSeconds":7200,"runtimeLimitSeconds":14400,
+              "checkpoint":{"intervalSeconds":600},
+              "template":{"image":"nvcr.io/x:1","args":["--lr","0.1"],"env":{"A":"b"}}}}"#,
+        )
+        .expect("a valid workload");
+        let mut running = rich.clone();
+        running.status = Some(Default::default());
+        let mut bare = w(3);
+        bare.metadata.labels.clear();
+        for x in [&rich, &running, &bare, &w(1)] {
+            assert_eq!(submission_digest(x), digest_of_a_cleared_copy(x), "{x:?}");
+        }
+        assert_eq!(submission_digest(&rich), submission_digest(&running));
+        let mut relabelled = rich.clone();
+        relabelled.metadata.labels.insert("tier".into(), "b".into());
+        assert_ne!(submission_digest(&rich), submission_digest(&relabelled));
     }
 
     fn at() -> chrono::DateTime<chrono::Utc> {

@@ -54,7 +54,7 @@ impl FederationState {
         };
         match w.status.as_ref().map(|s| s.phase).unwrap_or_default() {
             WorkloadPhase::Cancelled => Err(CommandResult::Existing {
-                object: StoredObject::Workload(Box::new(Workload::clone(w))),
+                object: StoredObject::Workload(std::sync::Arc::new(Workload::clone(w))),
             }),
             phase @ (WorkloadPhase::Succeeded | WorkloadPhase::Failed) => {
                 Err(CommandResult::Rejected {
@@ -99,7 +99,7 @@ impl FederationState {
         self.scheduling.reservations.retain(|r| uid != r.uid);
         self.scheduling.preemptors.retain(|r| uid != r.uid);
         CommandResult::Created {
-            object: StoredObject::Workload(Box::new(stored)),
+            object: StoredObject::Workload(std::sync::Arc::new(stored)),
         }
     }
 

@@ -650,7 +650,7 @@ impl FederationState {
         // A preemptor that starts no longer holds its victims' capacity.
         self.scheduling.preemptors.retain(|r| uid != r.uid);
         CommandResult::Created {
-            object: StoredObject::Workload(Box::new(stored)),
+            object: StoredObject::Workload(std::sync::Arc::new(stored)),
         }
     }
 

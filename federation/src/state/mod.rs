@@ -486,7 +486,7 @@ impl FederationState {
         match self.replay(&key, &w) {
             Some(Ok(existing)) => {
                 return CommandResult::Existing {
-                    object: StoredObject::Workload(Box::new(existing.clone())),
+                    object: StoredObject::Workload(Arc::new(existing.clone())),
                 };
             }
             Some(Err(rejection)) => return CommandResult::Rejected { rejection },
@@ -533,9 +533,10 @@ impl FederationState {
                 digest: Some(idempotency::submission_digest(&w)),
             },
         );
-        self.workloads.insert(name, w.clone());
+        let w = Arc::new(w);
+        self.workloads.insert_shared(name, w.clone());
         CommandResult::Created {
-            object: StoredObject::Workload(Box::new(w)),
+            object: StoredObject::Workload(w),
         }
     }
 }

@@ -139,6 +139,13 @@ impl Workloads {
         self.map.insert(name, Arc::new(w)).map(Arc::unwrap_or_clone)
     }
 
+    /// Stores `w` under `name`, sharing it with the caller (a submission's answer).
+    pub fn insert_shared(&mut self, name: impl Into<Arc<str>>, w: Arc<Workload>) {
+        let name = name.into();
+        self.note_shared(name.clone());
+        self.map.insert(name, w);
+    }
+
     /// Forgets `name`.
     pub fn remove(&mut self, name: &str) -> Option<Workload> {
         let (key, w) = self.map.remove_with_key(name)?;
