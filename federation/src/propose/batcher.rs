@@ -18,13 +18,12 @@ use openraft::async_runtime::watch::WatchReceiver;
 
 /// The most commands in one entry; bounds entry size (a workload is about 1 KB encoded).
 pub const MAX_BATCH: usize = 512;
-/// Batches in flight at once per node. One: openraft replicates to each follower one append
-/// at a time, so a second batch in flight waited for the first's round all the same, and only
-/// halved the batches. Whatever queues during a round goes out as the next batch, and per-batch
-/// costs (an fsync on every node, an append RPC per follower, a redb commit) are what a busy
-/// cluster spends most on: 64 clients on the 2-core machine submitted 7,200-7,400/s with one
-/// batch in flight against 6,700-6,900/s with two (fresh three-node runs, alternating).
-const MAX_IN_FLIGHT: usize = 1;
+/// Batches in flight at once per node: two keep the pipeline busy (one commits while the
+/// next fills) without splitting concurrent proposals into batches of one. One batch in flight
+/// gave 7% more with every client at the leader, but 9% less with clients on every node (a
+/// follower's forwarded batch then waits for the previous one's whole round trip), so two
+/// stay (docs/operations.md, "Submissions against etcd").
+const MAX_IN_FLIGHT: usize = 2;
 
 type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
 
