@@ -20,9 +20,9 @@ use openraft::async_runtime::watch::WatchReceiver;
 pub const MAX_BATCH: usize = 512;
 /// Batches in flight at once per node: two keep the pipeline busy (one commits while the
 /// next fills) without splitting concurrent proposals into batches of one. One batch in flight
-/// gave 7% more with every client at the leader, but 9% less with clients on every node (a
-/// follower's forwarded batch then waits for the previous one's whole round trip), so two
-/// stay (docs/operations.md, "Submissions against etcd").
+/// gave 7% more with every client at the leader, but no gain beyond the noise with clients on
+/// every node and none in the side-by-side ratio with etcd, so two stay (docs/operations.md,
+/// "Submissions against etcd").
 const MAX_IN_FLIGHT: usize = 2;
 
 type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
