@@ -12,11 +12,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tideway_api::auth::{Principal, TokenFile, TokenFileError};
 
@@ -133,19 +131,15 @@ fn exempt(path: &str) -> bool {
         || path.starts_with("/internal/")
 }
 
-/// The middleware: with an authenticator, every API request needs a known bearer token (401
+/// The check: with an authenticator, every API request needs a known bearer token (401
 /// otherwise, before any handler runs, so nothing is written); the principal travels in the
-/// request's extensions for the handlers.
-pub async fn authenticate(
-    State(auth): State<Option<Arc<Authenticator>>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let Some(auth) = auth else {
-        return next.run(req).await;
-    };
+/// request's extensions for the handlers. Answers the refusal, or `None` to go on. Run by [`super::gate`], the one middleware of the
+/// router, so that a request pays for one layer, not one per concern.
+pub fn authenticate(auth: Option<&Authenticator>, req: &mut Request) -> Option<Response> {
+    // No authenticator (an anonymous server): nothing to refuse.
+    let auth = auth?;
     if exempt(req.uri().path()) {
-        return next.run(req).await;
+        return None;
     }
     let token = req
         .headers()
@@ -158,7 +152,7 @@ pub async fn authenticate(
         axum::http::Method::GET | axum::http::Method::HEAD
     );
     if token.is_none() && reading && auth.anonymous_reads {
-        return next.run(req).await;
+        return None;
     }
     let principal = match token {
         None => Err("this API needs a bearer token (Authorization: Bearer ...)".to_string()),
@@ -167,7 +161,7 @@ pub async fn authenticate(
     match principal {
         Ok(p) => {
             req.extensions_mut().insert(p);
-            next.run(req).await
+            None
         }
         Err(why) => {
             tracing::warn!(
@@ -180,7 +174,7 @@ pub async fn authenticate(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"tideway\""),
             );
-            resp
+            Some(resp)
         }
     }
 }
@@ -195,6 +189,8 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use axum::extract::State;
+    use std::sync::Arc;
 
     fn app() -> Router {
         app_with(false)
@@ -223,8 +219,19 @@ mod tests {
             )
             .layer(axum::middleware::from_fn_with_state(
                 Some(Arc::new(auth)),
-                authenticate,
+                layer,
             ))
+    }
+
+    async fn layer(
+        State(auth): State<Option<Arc<Authenticator>>>,
+        mut req: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> Response {
+        match authenticate(auth.as_deref(), &mut req) {
+            None => next.run(req).await,
+            Some(refused) => refused,
+        }
     }
 
     async fn call(path: &str, token: Option<&str>) -> (StatusCode, String, Option<String>) {

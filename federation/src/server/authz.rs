@@ -25,11 +25,10 @@
 //! of a cancelled workload, the cluster a registration names) is checked by the handler.
 //! Every refusal is a 403 that writes nothing, and is logged with the subject and the route.
 
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::Method;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tideway_api::Role;
 use tideway_api::auth::Principal;
@@ -200,25 +199,20 @@ impl Access {
     }
 }
 
-/// The middleware: refuses a route the principal's roles do not open, before any handler,
-/// and passes the resolved [`Access`] on to the handlers. Without a principal (an anonymous,
+/// The check: refuses a route the principal's roles do not open, before any handler, and
+/// passes the resolved [`Access`] on to the handlers (`None`: go on). Without a principal (an anonymous,
 /// loopback-only server, or a token-less read on `tideway dev`) everything is open.
-pub async fn authorize(
-    State(data): State<Arc<RwLock<StateMachineData>>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let Some(p) = req.extensions().get::<Principal>().cloned() else {
-        return next.run(req).await;
-    };
+pub fn authorize(data: &RwLock<StateMachineData>, req: &mut Request) -> Option<Response> {
+    // No principal: nothing to refuse.
+    let p = req.extensions().get::<Principal>()?;
     let access = match data.read() {
-        Ok(d) => Access::resolve(&p, &d.state),
-        Err(_) => return ApiError::Internal("state lock poisoned".into()).into_response(),
+        Ok(d) => Access::resolve(p, &d.state),
+        Err(_) => return Some(ApiError::Internal("state lock poisoned".into()).into_response()),
     };
     match access.route(req.method(), req.uri().path()) {
         Ok(()) => {
             req.extensions_mut().insert(access);
-            next.run(req).await
+            None
         }
         Err(why) => {
             tracing::warn!(
@@ -227,7 +221,7 @@ pub async fn authorize(
                 path = %req.uri().path(),
                 "request denied: {why}"
             );
-            ApiError::Forbidden(why).into_response()
+            Some(ApiError::Forbidden(why).into_response())
         }
     }
 }

@@ -1,63 +1,41 @@
-//! The HTTP latency layer: every request's duration by method, matched route template and
-//! status, recorded around the whole router (handlers, the Raft transport, the fallback), so
-//! no handler carries metrics code.
+//! The HTTP latency metric: every request's duration by method, matched route template and
+//! status, recorded by [`super::gate`] around every route (handlers, the Raft transport, the
+//! fallback), so no handler carries metrics code.
 //!
 //! The route is the template axum matched (`/v1/workloads/{id}`), never the raw path: a label
 //! per workload name would grow without bound. Unrouted requests share one `unmatched` label.
 
-use std::sync::Arc;
-
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-use tideway_api::clock::SharedClock;
-
-use crate::metrics::Metrics;
-
-/// What the layer needs: where to record and the clock to time with.
-#[derive(Clone)]
-pub struct HttpMetrics {
-    pub metrics: Arc<Metrics>,
-    pub clock: SharedClock,
-}
-
 /// The label of requests no route matched.
 pub const UNMATCHED: &str = "unmatched";
 
-pub async fn record(State(m): State<HttpMetrics>, req: Request, next: Next) -> Response {
-    let started = m.clock.instant();
-    let method = req.method().as_str().to_owned();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| UNMATCHED.to_owned(), |p| p.as_str().to_owned());
-    let resp = next.run(req).await;
-    let took = m.clock.instant().saturating_duration_since(started);
-    m.metrics
-        .observe_http(&method, &route, resp.status().as_u16(), took);
-    resp
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use axum::Router;
     use axum::body::Body;
+    use axum::extract::Request;
     use axum::http::StatusCode;
     use axum::routing::get;
     use tower::ServiceExt;
 
-    use crate::metrics::NodeGauges;
+    use crate::metrics::{Metrics, NodeGauges};
+    use crate::server::gate::{Gate, gate};
 
     fn app(metrics: Arc<Metrics>) -> Router {
-        let clock = tideway_api::clock::RealClock::shared();
+        let g = Gate {
+            clock: tideway_api::clock::RealClock::shared(),
+            metrics,
+            request_timeout: Duration::from_secs(5),
+            auth: None,
+            limiter: None,
+            data: Arc::default(),
+        };
         Router::new()
             .route("/v1/workloads/{id}", get(|| async { "one" }))
             .fallback(|| async { StatusCode::NOT_FOUND })
-            .layer(axum::middleware::from_fn_with_state(
-                HttpMetrics { metrics, clock },
-                record,
-            ))
+            .layer(axum::middleware::from_fn_with_state(g, gate))
     }
 
     #[tokio::test]

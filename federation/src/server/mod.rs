@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod events;
 pub mod explain;
+pub mod gate;
 pub mod http_metrics;
 pub mod internal;
 pub mod jwt;
@@ -19,7 +20,6 @@ pub mod peer_auth;
 pub mod policy;
 pub mod rate_limit;
 pub mod schedules;
-pub mod server_time;
 pub mod ui;
 pub mod usage;
 pub mod watch;
@@ -278,35 +278,19 @@ pub fn router(state: AppState) -> Router {
     // After the merge, so that every route, the Raft transport's too, answers an unrouted
     // method with problem+json (axum still adds the `Allow` header).
     api.method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        // Layers run outside in: the time bound (the last added), authenticate, the rate
-        // limit (keyed on the authenticated subject), then authorize.
+        // One layer runs every check, outside in: the clock stamp, the latency metric, the
+        // time bound, authenticate, the rate limit (keyed on the authenticated subject),
+        // then authorize. Refused requests (401, 403) are timed and counted too.
         .layer(axum::middleware::from_fn_with_state(
-            state.data.clone(),
-            authz::authorize,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            limiter,
-            rate_limit::limit,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.auth.clone(),
-            auth::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.limits.request_timeout,
-            rate_limit::bound_time,
-        ))
-        // Outermost: refused requests (401, 403) are timed and counted too.
-        .layer(axum::middleware::from_fn_with_state(
-            http_metrics::HttpMetrics {
-                metrics: state.metrics.clone(),
+            gate::Gate {
                 clock: state.clock.clone(),
+                metrics: state.metrics.clone(),
+                request_timeout: state.limits.request_timeout,
+                auth: state.auth.clone(),
+                limiter,
+                data: state.data.clone(),
             },
-            http_metrics::record,
-        ))
-        .layer(axum::middleware::map_response_with_state(
-            state.clock.clone(),
-            server_time::stamp,
+            gate::gate,
         ))
 }
 

@@ -9,11 +9,11 @@
 //! injected clock's monotonic time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
+use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use tideway_api::auth::Principal;
 use tideway_api::clock::SharedClock;
@@ -84,20 +84,17 @@ fn exempt(path: &str) -> bool {
     path == "/healthz" || path.starts_with("/raft/") || path.starts_with("/internal/")
 }
 
-/// The middleware: runs after authentication (it keys on the principal).
-pub async fn limit(
-    State(limiter): State<Option<Arc<RateLimiter>>>,
-    req: Request,
-    next: Next,
-) -> Response {
+/// The check: runs after authentication (it keys on the principal); the 429 answer when the
+/// subject's bucket is empty (`None`: go on).
+pub fn limit(limiter: Option<&RateLimiter>, req: &Request) -> Option<Response> {
     let (Some(limiter), Some(p)) = (limiter, req.extensions().get::<Principal>()) else {
-        return next.run(req).await;
+        return None;
     };
     if exempt(req.uri().path()) {
-        return next.run(req).await;
+        return None;
     }
     match limiter.take(&p.subject) {
-        Ok(()) => next.run(req).await,
+        Ok(()) => None,
         Err(retry_after) => {
             tracing::warn!(
                 subject = %p.subject,
@@ -105,34 +102,31 @@ pub async fn limit(
                 path = %req.uri().path(),
                 "request denied: rate limited"
             );
-            ApiError::TooManyRequests {
-                subject: p.subject.clone(),
-                retry_after,
-            }
-            .into_response()
+            Some(
+                ApiError::TooManyRequests {
+                    subject: p.subject.clone(),
+                    retry_after,
+                }
+                .into_response(),
+            )
         }
     }
 }
 
-/// The middleware bounding a request's time. A watch (`watch=true`) and an agent's
-/// long-poll (`waitSeconds=`) are left to their own bounded waits (at most 60 s).
-pub async fn bound_time(State(bound): State<Duration>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
+/// Whether a request is bounded by `bound`. A watch (`watch=true`) and an agent's long-poll
+/// (`waitSeconds=`) are left to their own bounded waits (at most 60 s).
+pub fn is_bounded(bound: Duration, req: &Request) -> bool {
     let watching = req.uri().query().is_some_and(|q| {
         q.split('&')
             .any(|kv| kv == "watch=true" || kv.starts_with("waitSeconds="))
     });
-    if exempt(path) || watching || bound.is_zero() {
-        return next.run(req).await;
-    }
-    let (method, path) = (req.method().clone(), path.to_string());
-    match tokio::time::timeout(bound, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => {
-            tracing::warn!(%method, %path, "request timed out after {} ms", bound.as_millis());
-            ApiError::Timeout(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX)).into_response()
-        }
-    }
+    !(exempt(req.uri().path()) || watching || bound.is_zero())
+}
+
+/// The answer of a request that took longer than `bound`, logged.
+pub fn timed_out(method: &Method, path: &str, bound: Duration) -> Response {
+    tracing::warn!(%method, %path, "request timed out after {} ms", bound.as_millis());
+    ApiError::Timeout(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX)).into_response()
 }
 
 #[cfg(test)]
@@ -141,6 +135,7 @@ mod tests {
     use tideway_api::clock::ManualClock;
 
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn a_subject_gets_its_burst_then_waits_for_the_refill_and_others_are_not_affected() {
