@@ -47,6 +47,12 @@ pub struct RedbLogStore<C: RaftTypeConfig> {
     stats: Arc<LogStats>,
     /// The newest entries, decoded, shared with the readers (see [`super::log_tail`]).
     tail: Arc<Mutex<LogTail<EntryOf<C>>>>,
+    /// The committed log id not yet written, encoded. openraft saves it on every commit,
+    /// inline, before it applies what was committed; it needs no fsync (it only speeds up
+    /// recovery and never runs ahead of the durable entries it names), so the next write
+    /// transaction (an append, a purge, a truncation) carries it, instead of a transaction
+    /// of its own on the blocking pool per commit, on every node.
+    committed: Arc<Mutex<Option<Vec<u8>>>>,
     _c: PhantomData<fn() -> C>,
 }
 
@@ -56,6 +62,7 @@ impl<C: RaftTypeConfig> Clone for RedbLogStore<C> {
             db: self.db.clone(),
             stats: self.stats.clone(),
             tail: self.tail.clone(),
+            committed: self.committed.clone(),
             _c: PhantomData,
         }
     }
@@ -109,6 +116,7 @@ where
             db: Arc::new(db),
             stats: Arc::default(),
             tail: Arc::default(),
+            committed: Arc::default(),
             _c: PhantomData,
         })
     }
@@ -137,10 +145,15 @@ where
     {
         let db = self.db.clone();
         let stats = self.stats.clone();
+        let committed = self.committed.lock().map_err(io_err)?.take();
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(io_err)?;
             txn.set_durability(durability).map_err(io_err)?;
             f(&txn)?;
+            if let Some(bytes) = committed {
+                let mut t = txn.open_table(META).map_err(io_err)?;
+                t.insert(KEY_COMMITTED, bytes.as_slice()).map_err(io_err)?;
+            }
             txn.commit().map_err(io_err)?;
             if matches!(durability, Durability::Immediate) {
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
@@ -245,13 +258,17 @@ where
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
-        // The committed index only speeds up recovery and never runs ahead of the durable
-        // entries it names, so it rides on the next durable append instead of costing an fsync.
-        self.put_meta(Durability::None, KEY_COMMITTED, &committed)
-            .await
+        // Written by the next write transaction (see `committed`): lost in a crash before
+        // it, as a non-durable commit would be, which costs a restart only a longer replay.
+        let bytes = encode(&committed)?;
+        *self.committed.lock().map_err(io_err)? = Some(bytes);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
+        if let Some(bytes) = self.committed.lock().map_err(io_err)?.as_deref() {
+            return decode::<Option<LogIdOf<C>>>(bytes);
+        }
         Ok(self
             .get_meta::<Option<LogIdOf<C>>>(KEY_COMMITTED)?
             .flatten())
@@ -391,6 +408,56 @@ mod tests {
         );
         let vote = log.read_vote().await.expect("vote").expect("some vote");
         assert_eq!(vote, Vote::new(3, 1));
+    }
+
+    /// The committed log id costs no transaction of its own: it is written by the next one,
+    /// and until then a reopened log recovers the one written before (a longer replay, never
+    /// a committed id ahead of the durable entries).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_committed_id_rides_on_the_next_write() {
+        use openraft::testing::log_id;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.redb");
+        let entries = |from: u64, to: u64| -> Vec<_> {
+            (from..=to)
+                .map(|i| openraft::testing::blank_ent::<TypeConfig>(1, 1, i))
+                .collect()
+        };
+        {
+            let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("open");
+            log.append(entries(1, 3), IOFlushed::noop())
+                .await
+                .expect("append");
+            log.save_committed(Some(log_id::<TypeConfig>(1, 1, 2)))
+                .await
+                .expect("save");
+            assert_eq!(
+                log.read_committed().await.expect("read"),
+                Some(log_id::<TypeConfig>(1, 1, 2)),
+                "read back at once"
+            );
+            let syncs = log.stats().syncs.load(Ordering::Relaxed);
+            log.append(entries(4, 5), IOFlushed::noop())
+                .await
+                .expect("append");
+            assert_eq!(
+                log.stats().syncs.load(Ordering::Relaxed),
+                syncs + 1,
+                "one transaction for the append and the committed id"
+            );
+            // Saved after the last write: in memory only when the process dies.
+            log.save_committed(Some(log_id::<TypeConfig>(1, 1, 5)))
+                .await
+                .expect("save");
+        }
+        let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("reopen");
+        assert_eq!(
+            log.read_committed().await.expect("read"),
+            Some(log_id::<TypeConfig>(1, 1, 2)),
+            "the id the last write carried"
+        );
+        let st = log.get_log_state().await.expect("state");
+        assert_eq!(st.last_log_id.map(|l| l.index()), Some(5));
     }
 
     use crate::raft::types::Vote;
