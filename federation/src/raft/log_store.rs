@@ -131,6 +131,15 @@ where
         self.tail.clone()
     }
 
+    /// Writes the committed log id saved since the last write transaction, durably (a clean
+    /// stop: see `committed`).
+    pub async fn flush_committed(&self) -> io::Result<()> {
+        if self.committed.lock().map_err(io_err)?.is_none() {
+            return Ok(());
+        }
+        self.write(|_| Ok(())).await
+    }
+
     /// Runs a durable write transaction off the async workers: the fsync blocks.
     async fn write<F>(&self, f: F) -> io::Result<()>
     where
@@ -458,6 +467,18 @@ mod tests {
         );
         let st = log.get_log_state().await.expect("state");
         assert_eq!(st.last_log_id.map(|l| l.index()), Some(5));
+        // A clean stop writes it.
+        log.save_committed(Some(log_id::<TypeConfig>(1, 1, 5)))
+            .await
+            .expect("save");
+        log.flush_committed().await.expect("flush");
+        drop(log);
+        let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("reopen");
+        assert_eq!(
+            log.read_committed().await.expect("read"),
+            Some(log_id::<TypeConfig>(1, 1, 5)),
+            "flushed on a clean stop"
+        );
     }
 
     use crate::raft::types::Vote;
