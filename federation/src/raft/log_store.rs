@@ -140,15 +140,9 @@ where
         self.write(|_| Ok(())).await
     }
 
-    /// Runs a durable write transaction off the async workers: the fsync blocks.
+    /// Runs a durable write transaction off the async workers (the fsync blocks), carrying
+    /// the committed log id saved since the last one.
     async fn write<F>(&self, f: F) -> io::Result<()>
-    where
-        F: FnOnce(&redb::WriteTransaction) -> io::Result<()> + Send + 'static,
-    {
-        self.write_with(Durability::Immediate, f).await
-    }
-
-    async fn write_with<F>(&self, durability: Durability, f: F) -> io::Result<()>
     where
         F: FnOnce(&redb::WriteTransaction) -> io::Result<()> + Send + 'static,
     {
@@ -157,16 +151,14 @@ where
         let committed = self.committed.lock().map_err(io_err)?.take();
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(durability).map_err(io_err)?;
+            txn.set_durability(Durability::Immediate).map_err(io_err)?;
             f(&txn)?;
             if let Some(bytes) = committed {
                 let mut t = txn.open_table(META).map_err(io_err)?;
                 t.insert(KEY_COMMITTED, bytes.as_slice()).map_err(io_err)?;
             }
             txn.commit().map_err(io_err)?;
-            if matches!(durability, Durability::Immediate) {
-                stats.syncs.fetch_add(1, Ordering::Relaxed);
-            }
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })
         .await
@@ -182,14 +174,9 @@ where
         }
     }
 
-    async fn put_meta<T: Serialize>(
-        &self,
-        durability: Durability,
-        key: &'static str,
-        value: &T,
-    ) -> io::Result<()> {
+    async fn put_meta<T: Serialize>(&self, key: &'static str, value: &T) -> io::Result<()> {
         let bytes = encode(value)?;
-        self.write_with(durability, move |txn| {
+        self.write(move |txn| {
             let mut t = txn.open_table(META).map_err(io_err)?;
             t.insert(key, bytes.as_slice()).map_err(io_err)?;
             Ok(())
@@ -263,7 +250,7 @@ where
     }
 
     async fn save_vote(&mut self, vote: &VoteOf<C>) -> Result<(), io::Error> {
-        self.put_meta(Durability::Immediate, KEY_VOTE, vote).await
+        self.put_meta(KEY_VOTE, vote).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {

@@ -133,8 +133,9 @@ fn exempt(path: &str) -> bool {
 
 /// The check: with an authenticator, every API request needs a known bearer token (401
 /// otherwise, before any handler runs, so nothing is written); the principal travels in the
-/// request's extensions for the handlers. Answers the refusal, or `None` to go on. Run by [`super::gate`], the one middleware of the
-/// router, so that a request pays for one layer, not one per concern.
+/// request's extensions for the handlers. Answers the refusal, or `None` to go on. Run by
+/// [`super::gate`], the one middleware of the router, so that a request pays for one layer,
+/// not one per concern.
 pub fn authenticate(auth: Option<&Authenticator>, req: &mut Request) -> Option<Response> {
     // No authenticator (an anonymous server): nothing to refuse.
     let auth = auth?;

@@ -200,8 +200,9 @@ impl Access {
 }
 
 /// The check: refuses a route the principal's roles do not open, before any handler, and
-/// passes the resolved [`Access`] on to the handlers (`None`: go on). Without a principal (an anonymous,
-/// loopback-only server, or a token-less read on `tideway dev`) everything is open.
+/// passes the resolved [`Access`] on to the handlers (`None`: go on). Without a principal (an
+/// anonymous, loopback-only server, or a token-less read on `tideway dev`) everything is
+/// open.
 pub fn authorize(data: &RwLock<StateMachineData>, req: &mut Request) -> Option<Response> {
     // No principal: nothing to refuse.
     let p = req.extensions().get::<Principal>()?;

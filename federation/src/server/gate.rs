@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use tideway_api::client::NOW_HEADER;
@@ -41,7 +41,7 @@ pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
     // their strings would be allocated.
     let method = req.method().clone();
     let route = req.extensions().get::<MatchedPath>().cloned();
-    let mut resp = checked(&g, req, next).await;
+    let mut resp = checked(&g, &method, req, next).await;
     let took = g.clock.instant().saturating_duration_since(started);
     g.metrics.observe_http(
         method.as_str(),
@@ -57,14 +57,15 @@ pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
 
 /// The bounded part: refusals by authentication, the rate limit and authorization are
 /// answered within the bound too.
-async fn checked(g: &Gate, req: Request, next: Next) -> Response {
+async fn checked(g: &Gate, method: &Method, req: Request, next: Next) -> Response {
     if !rate_limit::is_bounded(g.request_timeout, &req) {
         return admitted(g, req, next).await;
     }
-    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // Kept for the time-out's log line: a clone shares the request's bytes.
+    let uri = req.uri().clone();
     match tokio::time::timeout(g.request_timeout, admitted(g, req, next)).await {
         Ok(resp) => resp,
-        Err(_) => rate_limit::timed_out(&method, &path, g.request_timeout),
+        Err(_) => rate_limit::timed_out(method, uri.path(), g.request_timeout),
     }
 }
 
@@ -92,5 +93,59 @@ fn stamp(clock: &SharedClock, resp: &mut Response) {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     if let Ok(v) = HeaderValue::from_str(&now) {
         resp.headers_mut().insert(NOW_HEADER, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn app(bound: Duration) -> Router {
+        let g = Gate {
+            clock: tideway_api::clock::RealClock::shared(),
+            metrics: Arc::default(),
+            request_timeout: bound,
+            auth: None,
+            limiter: None,
+            data: Arc::default(),
+        };
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "late"
+        };
+        Router::new()
+            .route("/v1/slow", get(slow))
+            .layer(axum::middleware::from_fn_with_state(g, gate))
+    }
+
+    async fn call(app: Router, uri: &str) -> Response {
+        let req = Request::get(uri).body(Body::empty()).expect("request");
+        app.oneshot(req).await.expect("response")
+    }
+
+    /// A request over the bound is answered 408 (problem+json), stamped like any answer; a
+    /// watch is left to its own bounded wait, and a zero bound means none.
+    #[tokio::test]
+    async fn the_time_bound_answers_408_but_spares_watches() {
+        let resp = call(app(Duration::from_millis(50)), "/v1/slow").await;
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+        assert!(resp.headers().contains_key(NOW_HEADER), "stamped");
+        let ct = resp.headers().get(axum::http::header::CONTENT_TYPE);
+        assert_eq!(
+            ct.and_then(|v| v.to_str().ok()),
+            Some("application/problem+json")
+        );
+        let resp = call(app(Duration::from_millis(50)), "/v1/slow?watch=true").await;
+        assert_eq!(resp.status(), StatusCode::OK, "a watch is not bounded here");
+        let resp = call(app(Duration::ZERO), "/v1/slow").await;
+        assert_eq!(resp.status(), StatusCode::OK, "no bound");
     }
 }
