@@ -144,6 +144,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             last_log_id: last_applied,
             last_membership: membership.clone(),
         };
+        let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
+        let workloads = state.workloads.len();
         let written = {
             let meta = meta.clone();
             tokio::task::spawn_blocking(move || {
@@ -171,6 +173,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             .map_err(io_err)??
         };
         self.note_size(written.len());
+        // Each node builds its own snapshots on its own schedule; when two overlap on a small
+        // machine both take longer, and this line is how an operator (or `bench scale`) sees it.
+        tracing::info!(
+            index = last_applied.map_or(0, |l| l.index()),
+            bytes = written.len(),
+            workloads,
+            seconds = started.elapsed().as_secs_f64(),
+            "snapshot written"
+        );
         Ok(Snapshot {
             meta,
             snapshot: Body::File(written),
