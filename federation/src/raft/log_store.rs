@@ -2,32 +2,50 @@
 //!
 //! Every write transaction commits with `Durability::Immediate`, so redb has fsynced the file
 //! before openraft is told the I/O completed: an entry the leader counts towards a quorum is on
-//! disk. Entries are encoded with MessagePack (see `docs/decisions/0002-binary-encoding.md`).
+//! disk. The transactions are made by one writer thread (see [`super::log_writer`]): `append`
+//! returns once its entries are readable from the tail and reports them durable later. Entries
+//! are encoded with MessagePack (see `docs/decisions/0002-binary-encoding.md`).
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, RaftTypeConfig};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::log_tail::LogTail;
+use super::log_writer::{Job, Shared, Writer};
 
-const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_logs");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+pub(super) const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_logs");
+pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 const KEY_VOTE: &str = "vote";
-const KEY_COMMITTED: &str = "committed";
+pub(super) const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
+
+/// Committed ids kept waiting for a write at most; the oldest go first (losing one costs a
+/// restart only a longer replay).
+const PENDING_COMMITTED: usize = 64;
+
+/// A committed log id saved but not yet written, and the number of the last append handed
+/// to the writer when it was saved.
+#[derive(Debug)]
+pub struct PendingCommitted {
+    pub bytes: Vec<u8>,
+    pub after: u64,
+}
 
 /// Counters that show whether concurrent proposals share fsyncs.
 #[derive(Debug, Default)]
@@ -52,7 +70,17 @@ pub struct RedbLogStore<C: RaftTypeConfig> {
     /// recovery and never runs ahead of the durable entries it names), so the next write
     /// transaction (an append, a purge, a truncation) carries it, instead of a transaction
     /// of its own on the blocking pool per commit, on every node.
-    committed: Arc<Mutex<Option<Vec<u8>>>>,
+    ///
+    /// It is written only by a transaction after which every append handed to the writer
+    /// before it was saved is durable (the number of the last such append rides with it):
+    /// a committed id in the file never names an entry the file lacks. The ids saved since
+    /// the last write wait in order, so that under a steady load the newest one that can be
+    /// written is, rather than each being replaced by one that cannot yet.
+    committed: Arc<Mutex<VecDeque<PendingCommitted>>>,
+    /// The one thread that writes the log.
+    writer: Arc<Writer<C>>,
+    /// The number of the last append handed to the writer (the tail's write numbers).
+    appends: Arc<AtomicU64>,
     _c: PhantomData<fn() -> C>,
 }
 
@@ -63,6 +91,8 @@ impl<C: RaftTypeConfig> Clone for RedbLogStore<C> {
             stats: self.stats.clone(),
             tail: self.tail.clone(),
             committed: self.committed.clone(),
+            writer: self.writer.clone(),
+            appends: self.appends.clone(),
             _c: PhantomData,
         }
     }
@@ -112,11 +142,25 @@ where
         txn.open_table(LOGS).map_err(io_err)?;
         txn.open_table(META).map_err(io_err)?;
         txn.commit().map_err(io_err)?;
+        let (db, stats, tail, committed) = (
+            Arc::new(db),
+            Arc::<LogStats>::default(),
+            Arc::<Mutex<LogTail<EntryOf<C>>>>::default(),
+            Arc::<Mutex<VecDeque<PendingCommitted>>>::default(),
+        );
+        let writer = Writer::start(Shared {
+            db: db.clone(),
+            stats: stats.clone(),
+            tail: tail.clone(),
+            committed: committed.clone(),
+        })?;
         Ok(Self {
-            db: Arc::new(db),
-            stats: Arc::default(),
-            tail: Arc::default(),
-            committed: Arc::default(),
+            db,
+            stats,
+            tail,
+            committed,
+            writer: Arc::new(writer),
+            appends: Arc::default(),
             _c: PhantomData,
         })
     }
@@ -134,35 +178,31 @@ where
     /// Writes the committed log id saved since the last write transaction, durably (a clean
     /// stop: see `committed`).
     pub async fn flush_committed(&self) -> io::Result<()> {
-        if self.committed.lock().map_err(io_err)?.is_none() {
+        if self.committed.lock().map_err(io_err)?.is_empty() {
             return Ok(());
         }
         self.write(|_| Ok(())).await
     }
 
-    /// Runs a durable write transaction off the async workers (the fsync blocks), carrying
-    /// the committed log id saved since the last one.
+    /// A durable write, after every write asked before it, by the writer thread (in a
+    /// transaction it may share with others and that carries the committed log id).
     async fn write<F>(&self, f: F) -> io::Result<()>
     where
         F: FnOnce(&redb::WriteTransaction) -> io::Result<()> + Send + 'static,
     {
-        let db = self.db.clone();
-        let stats = self.stats.clone();
-        let committed = self.committed.lock().map_err(io_err)?.take();
-        tokio::task::spawn_blocking(move || {
-            let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(Durability::Immediate).map_err(io_err)?;
-            f(&txn)?;
-            if let Some(bytes) = committed {
-                let mut t = txn.open_table(META).map_err(io_err)?;
-                t.insert(KEY_COMMITTED, bytes.as_slice()).map_err(io_err)?;
-            }
-            txn.commit().map_err(io_err)?;
-            stats.syncs.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        })
-        .await
-        .map_err(io_err)?
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.writer.send(Job::Change {
+            change: Box::new(f),
+            done,
+        })?;
+        wait.await.map_err(io_err)?
+    }
+
+    /// Returns once every write asked before it is durable, so that redb holds all of it.
+    async fn settled(&self) -> io::Result<()> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.writer.send(Job::Barrier(done))?;
+        wait.await.map_err(io_err)?
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
@@ -204,6 +244,9 @@ where
         if let Some(entries) = self.tail.lock().map_err(io_err)?.read(start, end) {
             return Ok(entries);
         }
+        // Beyond the tail (a follower far behind, a restart): redb holds all that the tail
+        // does not once the appends handed to the writer are durable.
+        self.settled().await?;
         let txn = self.db.begin_read().map_err(io_err)?;
         let table = txn.open_table(LOGS).map_err(io_err)?;
         let mut out = Vec::new();
@@ -229,6 +272,7 @@ where
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
+        self.settled().await?;
         let last_purged: Option<LogIdOf<C>> = self.get_meta(KEY_LAST_PURGED)?;
         let txn = self.db.begin_read().map_err(io_err)?;
         let table = txn.open_table(LOGS).map_err(io_err)?;
@@ -257,13 +301,19 @@ where
         // Written by the next write transaction (see `committed`): lost in a crash before
         // it, as a non-durable commit would be, which costs a restart only a longer replay.
         let bytes = encode(&committed)?;
-        *self.committed.lock().map_err(io_err)? = Some(bytes);
+        // The entries it names were appended before it was saved: writes up to this number.
+        let after = self.appends.load(std::sync::atomic::Ordering::Relaxed);
+        let mut pending = self.committed.lock().map_err(io_err)?;
+        if pending.len() >= PENDING_COMMITTED {
+            pending.pop_front();
+        }
+        pending.push_back(PendingCommitted { bytes, after });
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
-        if let Some(bytes) = self.committed.lock().map_err(io_err)?.as_deref() {
-            return decode::<Option<LogIdOf<C>>>(bytes);
+        if let Some(p) = self.committed.lock().map_err(io_err)?.back() {
+            return decode::<Option<LogIdOf<C>>>(&p.bytes);
         }
         Ok(self
             .get_meta::<Option<LogIdOf<C>>>(KEY_COMMITTED)?
@@ -275,40 +325,29 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut encoded = Vec::new();
+        let write = self
+            .appends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let mut kept = Vec::new();
         for e in entries {
-            let index = e.log_id().index();
             let bytes: Arc<[u8]> = encode(&e)?.into();
-            kept.push((index, e, bytes.clone()));
-            encoded.push((index, bytes));
+            kept.push((e.log_id().index(), e, bytes));
         }
-        let n = encoded.len() as u64;
-        let bytes: u64 = encoded.iter().map(|(_, b)| b.len() as u64).sum();
-        let res = self
-            .write(move |txn| {
-                let mut t = txn.open_table(LOGS).map_err(io_err)?;
-                for (idx, bytes) in &encoded {
-                    t.insert(*idx, &bytes[..]).map_err(io_err)?;
-                }
-                Ok(())
-            })
-            .await;
-        if res.is_ok() {
-            self.stats.entries.fetch_add(n, Ordering::Relaxed);
-            self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
-            // Readable from the tail once durable, as from redb.
+        let mut rows = Vec::with_capacity(kept.len());
+        {
+            // Readable from the tail at once, as openraft requires when `append` returns.
             let mut tail = self.tail.lock().map_err(io_err)?;
             for (index, e, bytes) in kept {
-                tail.appended(index, e, bytes);
+                tail.appended(index, e, bytes.clone(), write);
+                rows.push((index, bytes));
             }
         }
-        let reported = match &res {
-            Ok(()) => Ok(()),
-            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-        };
-        callback.io_completed(reported);
-        res
+        self.writer.send(Job::Append {
+            rows,
+            write,
+            callback,
+        })
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
@@ -384,9 +423,7 @@ mod tests {
             let entries: Vec<_> = (1..=5)
                 .map(|i| openraft::testing::blank_ent::<TypeConfig>(3, 1, i))
                 .collect();
-            log.append(entries, IOFlushed::noop())
-                .await
-                .expect("append");
+            append_durably(&mut log, entries).await;
             assert_eq!(
                 log.stats().syncs.load(Ordering::Relaxed),
                 2,
@@ -421,9 +458,7 @@ mod tests {
         };
         {
             let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("open");
-            log.append(entries(1, 3), IOFlushed::noop())
-                .await
-                .expect("append");
+            append_durably(&mut log, entries(1, 3)).await;
             log.save_committed(Some(log_id::<TypeConfig>(1, 1, 2)))
                 .await
                 .expect("save");
@@ -433,9 +468,7 @@ mod tests {
                 "read back at once"
             );
             let syncs = log.stats().syncs.load(Ordering::Relaxed);
-            log.append(entries(4, 5), IOFlushed::noop())
-                .await
-                .expect("append");
+            append_durably(&mut log, entries(4, 5)).await;
             assert_eq!(
                 log.stats().syncs.load(Ordering::Relaxed),
                 syncs + 1,
@@ -469,4 +502,81 @@ mod tests {
     }
 
     use crate::raft::types::Vote;
+
+    /// Appends and waits for openraft's callback: durable from then on.
+    async fn append_durably(
+        log: &mut RedbLogStore<TypeConfig>,
+        entries: Vec<crate::raft::types::Entry>,
+    ) {
+        use openraft::type_config::TypeConfigExt;
+        let (tx, rx) = TypeConfig::oneshot();
+        log.append(entries, IOFlushed::signal(tx))
+            .await
+            .expect("append");
+        rx.await.expect("callback").expect("durable");
+    }
+
+    /// `append` returns before its fsync: what it took is readable at once and reported
+    /// durable later, in order; a truncation and a rewrite queued behind appends not yet
+    /// written land after them; and a reopened log holds exactly what was reported durable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_are_readable_at_once_and_durable_in_order() {
+        use openraft::entry::RaftEntry;
+        use openraft::type_config::TypeConfigExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.redb");
+        let ent = |term: u64, i: u64| openraft::testing::blank_ent::<TypeConfig>(term, 1, i);
+        // (index, term) of each entry read, by comparing with the log id it would have.
+        let terms = |got: &[crate::raft::types::Entry]| -> Vec<(u64, u64)> {
+            got.iter()
+                .map(|e| {
+                    let i = e.log_id().index();
+                    let term = (1..=2)
+                        .find(|t| e.log_id() == openraft::testing::log_id::<TypeConfig>(*t, 1, i))
+                        .unwrap_or(0);
+                    (i, term)
+                })
+                .collect()
+        };
+        {
+            let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("open");
+            let mut flushed = Vec::new();
+            for i in 1..=20 {
+                let (tx, rx) = TypeConfig::oneshot();
+                log.append(vec![ent(1, i)], IOFlushed::signal(tx))
+                    .await
+                    .expect("append");
+                flushed.push(rx);
+                let got = log.try_get_log_entries(i..=i).await.expect("read");
+                assert_eq!(terms(&got), vec![(i, 1)], "readable once append returns");
+            }
+            // A new leader's rewrite from 16 on, queued behind appends maybe not yet written.
+            log.truncate_after(Some(openraft::testing::log_id::<TypeConfig>(1, 1, 15)))
+                .await
+                .expect("truncate");
+            append_durably(&mut log, (16..=18).map(|i| ent(2, i)).collect()).await;
+            for rx in flushed {
+                rx.await.expect("callback").expect("durable");
+            }
+            let st = log.get_log_state().await.expect("state");
+            assert_eq!(st.last_log_id.map(|l| l.index()), Some(18));
+            // The rewrite replaced what followed 15, for readers too.
+            let got = log.try_get_log_entries(14..=18).await.expect("read");
+            assert_eq!(
+                terms(&got),
+                vec![(14, 1), (15, 1), (16, 2), (17, 2), (18, 2)]
+            );
+            assert!(
+                log.stats().syncs.load(Ordering::Relaxed) <= 22,
+                "at most one transaction per write"
+            );
+        }
+        let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("reopen");
+        let got = log.try_get_log_entries(1..=20).await.expect("read");
+        assert_eq!(got.len(), 18, "the truncated 19 and 20 stay gone");
+        assert_eq!(
+            terms(&got[13..]),
+            vec![(14, 1), (15, 1), (16, 2), (17, 2), (18, 2)]
+        );
+    }
 }

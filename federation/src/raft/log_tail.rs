@@ -7,8 +7,11 @@
 //! its start, bounded, and answers a read that it covers whole with copies (an entry's
 //! commands are shared, so a copy is cheap). Anything else is read from redb as before.
 //!
-//! It mirrors redb for the indexes it holds: filled after an append is durable, cut with a
-//! truncation or a purge, and always one contiguous run ending at the last appended entry.
+//! It holds what the log holds for its indexes: filled when an append is handed to the log's
+//! writer (openraft reads an entry back as soon as `append` returns, before it is durable),
+//! cut with a truncation or a purge, and always one contiguous run ending at the last
+//! appended entry. An entry leaves it for its bounds only once it is durable, so whatever
+//! redb does not hold yet, the tail does.
 //!
 //! Each entry is held with the bytes it was written to redb as, which are also its bytes
 //! inside an append RPC: the leader sends them to its followers as they are
@@ -29,8 +32,11 @@ pub const TAIL_ENTRIES: usize = 1024;
 
 #[derive(Debug)]
 pub struct LogTail<E> {
-    entries: BTreeMap<u64, (E, Arc<[u8]>)>,
+    /// Each entry with its bytes and the number of the write that carries it to redb.
+    entries: BTreeMap<u64, (E, Arc<[u8]>, u64)>,
     bytes: usize,
+    /// Writes up to this number are durable.
+    durable: u64,
 }
 
 impl<E> Default for LogTail<E> {
@@ -38,14 +44,38 @@ impl<E> Default for LogTail<E> {
         Self {
             entries: BTreeMap::new(),
             bytes: 0,
+            durable: 0,
+        }
+    }
+}
+
+impl<E> LogTail<E> {
+    /// Writes up to number `write` are durable: their entries may leave for the bounds.
+    pub fn durable(&mut self, write: u64) {
+        self.durable = self.durable.max(write);
+        self.trim();
+    }
+
+    /// Drops the oldest durable entries while over the bounds. One not yet durable stays,
+    /// and all after it: redb could not answer for it.
+    fn trim(&mut self) {
+        while self.bytes > TAIL_BYTES || self.entries.len() > TAIL_ENTRIES {
+            match self.entries.first_entry() {
+                Some(first) if first.get().2 <= self.durable => {
+                    let (_, b, _) = first.remove();
+                    self.bytes -= b.len();
+                }
+                _ => break,
+            }
         }
     }
 }
 
 impl<E: Clone> LogTail<E> {
-    /// Entries just made durable, at `index` (contiguous with what is held, or the tail
-    /// starts over there), with their encoded bytes.
-    pub fn appended(&mut self, index: u64, entry: E, encoded: Arc<[u8]>) {
+    /// An entry handed to the log's writer, at `index` (contiguous with what is held, or the
+    /// tail starts over there), with its encoded bytes and the number of the write that
+    /// carries it (numbers rise with the order of the writes).
+    pub fn appended(&mut self, index: u64, entry: E, encoded: Arc<[u8]>, write: u64) {
         let follows = |t: &Self| {
             t.entries
                 .last_key_value()
@@ -61,19 +91,14 @@ impl<E: Clone> LogTail<E> {
             }
         }
         self.bytes += encoded.len();
-        self.entries.insert(index, (entry, encoded));
-        while self.bytes > TAIL_BYTES || self.entries.len() > TAIL_ENTRIES {
-            match self.entries.pop_first() {
-                Some((_, (_, b))) => self.bytes -= b.len(),
-                None => break,
-            }
-        }
+        self.entries.insert(index, (entry, encoded, write));
+        self.trim();
     }
 
     /// Forgets the entries from `index` on (a truncation of the log after `index - 1`).
     pub fn truncate_from(&mut self, index: u64) {
         let dropped = self.entries.split_off(&index);
-        self.bytes -= dropped.values().map(|(_, b)| b.len()).sum::<usize>();
+        self.bytes -= dropped.values().map(|(_, b, _)| b.len()).sum::<usize>();
     }
 
     /// Forgets the entries up to `index` (a purge).
@@ -83,7 +108,17 @@ impl<E: Clone> LogTail<E> {
             None => BTreeMap::new(),
         };
         let dropped = std::mem::replace(&mut self.entries, kept);
-        self.bytes -= dropped.values().map(|(_, b)| b.len()).sum::<usize>();
+        self.bytes -= dropped.values().map(|(_, b, _)| b.len()).sum::<usize>();
+    }
+
+    /// The first index held, if any: below it, redb answers.
+    pub fn first(&self) -> Option<u64> {
+        self.entries.first_key_value().map(|(i, _)| *i)
+    }
+
+    /// The log id of the last entry held, by `id`.
+    pub fn last_with<T>(&self, id: impl FnOnce(&E) -> T) -> Option<T> {
+        self.entries.last_key_value().map(|(_, (e, _, _))| id(e))
     }
 
     /// Copies of the entries in the range, if the tail holds every index of it that the log
@@ -112,7 +147,7 @@ impl<E: Clone> LogTail<E> {
         Some(
             self.entries
                 .range(lo..hi)
-                .map(|(_, (e, _))| e.clone())
+                .map(|(_, (e, _, _))| e.clone())
                 .collect(),
         )
     }
@@ -120,7 +155,7 @@ impl<E: Clone> LogTail<E> {
     /// The encoded bytes of the entry at `index`, if held and `is_it` says it is the entry
     /// the caller means (the log id: an index alone may have been rewritten since).
     pub fn encoded(&self, index: u64, is_it: impl FnOnce(&E) -> bool) -> Option<Arc<[u8]>> {
-        let (e, b) = self.entries.get(&index)?;
+        let (e, b, _) = self.entries.get(&index)?;
         is_it(e).then(|| b.clone())
     }
 
@@ -150,7 +185,7 @@ mod tests {
         let mut t = LogTail::default();
         assert_eq!(t.read(Included(1), Excluded(2)), None);
         for i in 5..=9 {
-            t.appended(i, i * 10, b(100));
+            t.appended(i, i * 10, b(100), 0);
         }
         assert_eq!(t.read(Included(5), Excluded(8)), Some(vec![50, 60, 70]));
         assert_eq!(t.read(Included(7), Included(9)), Some(vec![70, 80, 90]));
@@ -162,11 +197,11 @@ mod tests {
         // A truncation after 6, then new entries from 7 on.
         t.truncate_from(7);
         assert_eq!(t.read(Included(5), Excluded(8)), None);
-        t.appended(7, 700, b(100));
+        t.appended(7, 700, b(100), 0);
         assert_eq!(t.read(Included(5), Excluded(8)), Some(vec![50, 60, 700]));
         assert_eq!(t.span(), Some((5, 7, 300)));
         // An append that overwrites the middle drops what followed it.
-        t.appended(6, 600, b(50));
+        t.appended(6, 600, b(50), 0);
         assert_eq!(t.span(), Some((5, 6, 150)));
         assert_eq!(t.read(Included(5), Included(6)), Some(vec![50, 600]));
         // A purge up to 5.
@@ -174,14 +209,14 @@ mod tests {
         assert_eq!(t.read(Included(5), Included(6)), None);
         assert_eq!(t.read(Included(6), Included(6)), Some(vec![600]));
         // A gap (a restart's first append far ahead): the tail starts over there.
-        t.appended(20, 2000, b(10));
+        t.appended(20, 2000, b(10), 0);
         assert_eq!(t.span(), Some((20, 20, 10)));
     }
 
     #[test]
     fn answers_an_entrys_bytes_only_for_the_entry_meant() {
         let mut t = LogTail::default();
-        t.appended(3, 30, vec![1, 2, 3].into());
+        t.appended(3, 30, vec![1, 2, 3].into(), 0);
         assert_eq!(
             t.encoded(3, |e| *e == 30).as_deref(),
             Some(&[1u8, 2, 3][..])
@@ -197,16 +232,33 @@ mod tests {
     fn keeps_within_its_bounds() {
         let mut t = LogTail::default();
         for i in 0..(TAIL_ENTRIES as u64 + 10) {
-            t.appended(i, i, b(1));
+            t.appended(i, i, b(1), 0);
         }
         let (first, last, bytes) = t.span().expect("entries");
         assert_eq!(last - first + 1, TAIL_ENTRIES as u64);
         assert_eq!(bytes, TAIL_ENTRIES);
         let big = TAIL_BYTES / 3 + 1;
         for i in 0..3u64 {
-            t.appended(last + 1 + i, 0, b(big));
+            t.appended(last + 1 + i, 0, b(big), 0);
         }
         let (_, _, bytes) = t.span().expect("entries");
         assert!(bytes <= TAIL_BYTES, "{bytes}");
+    }
+
+    #[test]
+    fn keeps_what_is_not_yet_durable_beyond_its_bounds() {
+        let mut t = LogTail::default();
+        // Writes 1 and 2 carry big entries; only the first is durable so far.
+        let big = TAIL_BYTES / 2 + 1;
+        t.appended(1, 1, b(big), 1);
+        t.durable(1);
+        t.appended(2, 2, b(big), 2);
+        t.appended(3, 3, b(big), 2);
+        // Over the bounds: the durable entry left, the others stay for readers.
+        assert_eq!(t.first(), Some(2));
+        assert_eq!(t.read(Included(2), Included(3)), Some(vec![2, 3]));
+        t.durable(2);
+        assert_eq!(t.first(), Some(3), "trimmed once durable");
+        assert_eq!(t.last_with(|e| *e), Some(3));
     }
 }

@@ -6,6 +6,7 @@ pub mod digest_warmer;
 pub mod leader_watch;
 pub mod log_store;
 pub mod log_tail;
+mod log_writer;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;

@@ -340,7 +340,7 @@ mod tests {
             let bytes = rmp_serde::to_vec_named(e).expect("encode");
             tail.lock()
                 .expect("lock")
-                .appended(e.log_id().index(), e.clone(), bytes.into());
+                .appended(e.log_id().index(), e.clone(), bytes.into(), 0);
         }
         tail
     }
