@@ -3,6 +3,7 @@
 
 pub mod digest;
 pub mod digest_warmer;
+pub mod direct_io;
 pub mod leader_watch;
 pub mod log_store;
 pub mod log_tail;

@@ -18,11 +18,12 @@
 //! (a heaptrack profile of `tideway server` under `tw_post.lua`).
 
 use std::fs;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::direct_io::DirectWriter;
 use super::types::SnapshotMeta;
 
 const FILE_NAME: &str = "snapshot.bin";
@@ -37,9 +38,6 @@ pub const FORMAT_V2: u32 = 2;
 /// Headers are a few hundred bytes (a log id and the membership); anything larger is not a
 /// header of ours.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
-
-/// The stream buffer of a snapshot write: large writes, few syscalls.
-const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
 /// The on-disk form of a format-1 snapshot: its meta and the encoded state machine.
 #[derive(Deserialize)]
@@ -57,11 +55,20 @@ struct Header {
     meta: SnapshotMeta,
 }
 
-/// A snapshot read from disk: its meta and its state part.
+/// A snapshot read from disk: its meta and its state part (in `buf`, at `range`: a read
+/// around the page cache lands at an aligned place in its buffer).
 #[derive(Debug)]
 pub struct LoadedSnapshot {
     pub meta: SnapshotMeta,
-    pub data: Vec<u8>,
+    buf: Vec<u8>,
+    range: std::ops::Range<usize>,
+}
+
+impl LoadedSnapshot {
+    /// The encoded state part.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
 }
 
 /// The state part of the latest snapshot on disk, not read yet: the open file keeps these
@@ -149,7 +156,7 @@ impl SnapshotDir {
     pub fn save_with(
         &self,
         meta: &SnapshotMeta,
-        body: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+        body: impl FnOnce(&mut DirectWriter) -> io::Result<()>,
     ) -> io::Result<SnapshotBody> {
         let header = rmp_serde::to_vec_named(&Header {
             format: FORMAT_V2,
@@ -159,21 +166,15 @@ impl SnapshotDir {
         let header_len = u32::try_from(header.len()).map_err(io::Error::other)?;
         let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
         let (file, written) = {
-            let file = fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            let mut f = BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
-            f.write_all(MAGIC)?;
-            f.write_all(&header_len.to_le_bytes())?;
-            f.write_all(&header)?;
-            body(&mut f)?;
-            let f = f.into_inner().map_err(|e| e.into_error())?;
-            f.sync_all()?;
-            let written = f.metadata()?.len();
-            (f, written)
+            // Written around the page cache (see `direct_io`), read back through it: the
+            // reading handle is opened on the same file before the rename.
+            let mut w = DirectWriter::create(&tmp)?;
+            w.write_all(MAGIC)?;
+            w.write_all(&header_len.to_le_bytes())?;
+            w.write_all(&header)?;
+            body(&mut w)?;
+            let written = w.finish()?;
+            (fs::File::open(&tmp)?, written)
         };
         fs::rename(&tmp, self.path())?;
         fs::File::open(&self.dir)?.sync_all()?;
@@ -195,10 +196,16 @@ impl SnapshotDir {
         let Some((meta, body)) = self.latest()? else {
             return Ok(None);
         };
-        Ok(Some(LoadedSnapshot {
-            meta,
-            data: body.into_bytes()?,
-        }))
+        let (buf, range) = match body {
+            Body::Bytes(b) => {
+                let n = b.len();
+                (b, 0..n)
+            }
+            // Around the page cache, as it was written (see `direct_io`). Nothing writes a
+            // snapshot while a node loads one, so the name still holds the same file.
+            Body::File(f) => super::direct_io::read_range(&self.path(), f.offset, f.len)?,
+        };
+        Ok(Some(LoadedSnapshot { meta, buf, range }))
     }
 
     /// The meta of the latest snapshot and its body, read only as far as the header (a
@@ -326,7 +333,7 @@ mod tests {
         snaps.save(&meta(9), b"newer").expect("save newer");
         assert_eq!(b.into_bytes().expect("read"), body);
         let loaded = snaps.load().expect("load").expect("some");
-        assert_eq!((loaded.meta, loaded.data), (meta(9), b"newer".to_vec()));
+        assert_eq!((&loaded.meta, loaded.data()), (&meta(9), &b"newer"[..]));
     }
 
     #[test]
@@ -353,7 +360,7 @@ mod tests {
         .expect("encode");
         fs::write(snaps.path(), bytes).expect("write");
         let loaded = snaps.load().expect("load").expect("some");
-        assert_eq!((loaded.meta, loaded.data), (meta(5), b"state".to_vec()));
+        assert_eq!((&loaded.meta, loaded.data()), (&meta(5), &b"state"[..]));
         let (m, b) = snaps.latest().expect("latest").expect("some");
         assert_eq!(m, meta(5));
         assert_eq!(b.into_bytes().expect("bytes"), b"state");

@@ -71,14 +71,14 @@ impl StateMachineStore {
         };
         let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
         if let Some(snap) = store.dir.load()? {
-            store.restore(&snap.data)?;
-            store.note_size(snap.data.len() as u64);
+            store.restore(snap.data())?;
+            store.note_size(snap.data().len() as u64);
             // How long a restart spends before replaying the log: the operator's first
             // question when a node is slow to come back.
             let d = store.data.read().map_err(io_err)?;
             tracing::info!(
                 index = d.last_applied.map_or(0, |l| l.index()),
-                bytes = snap.data.len(),
+                bytes = snap.data().len(),
                 workloads = d.state.workloads.len(),
                 seconds = started.elapsed().as_secs_f64(),
                 "state loaded from the latest snapshot"

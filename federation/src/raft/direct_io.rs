@@ -1,0 +1,241 @@
+//! Large files written and read around the page cache (`O_DIRECT` on Linux), for snapshots.
+//!
+//! A snapshot of a million workloads is about a gigabyte, written once and read back rarely
+//! (a restart, a follower far behind). Written through the page cache, every byte first goes
+//! into a freshly allocated cache page. On the virtual machines Tideway was measured on,
+//! filling new cache pages ran at about 450 MB/s (a `dd` of 3 GB into a new file), against
+//! 1.7 GB/s with `O_DIRECT` and 3.2 GB/s into pages already cached: a profile of the leader
+//! writing a snapshot of a million workloads spent two thirds of the 13 to 15 s it took in
+//! the kernel's copy into new cache pages (`copy_folio_from_iter_atomic`). Writing straight
+//! from an aligned buffer skips that, and leaves the cache to what is read often. A restart
+//! reads the snapshot the same way, straight into the buffer it decodes from: a file written
+//! around the cache is not in it, and reading it through the cache would pay for new cache
+//! pages there instead (the load of 600 MB took 8.8 s that way, 5.8 s from the cache).
+//!
+//! Where the file system refuses `O_DIRECT` (tmpfs), or off Linux, the same code goes
+//! through the cache.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::Path;
+
+/// Alignment of the buffer, of each write's length and of its file offset: the page size,
+/// a multiple of every block size `O_DIRECT` asks for.
+const ALIGN: usize = 4096;
+
+/// Bytes gathered before one write: large writes, few system calls.
+const CHUNK: usize = 4 << 20;
+
+pub struct DirectWriter {
+    file: File,
+    direct: bool,
+    /// `CHUNK + ALIGN` bytes; the aligned `CHUNK` of them start at `start`.
+    mem: Vec<u8>,
+    start: usize,
+    /// Bytes gathered in the chunk.
+    len: usize,
+    /// Bytes written to the file before the chunk.
+    written: u64,
+}
+
+impl DirectWriter {
+    /// Creates (or truncates) `path` for writing, around the page cache where it can.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let (file, direct) = open(path)?;
+        let mem = vec![0u8; CHUNK + ALIGN];
+        let start = mem.as_ptr().align_offset(ALIGN);
+        if start > ALIGN {
+            return Err(io::Error::other("no aligned buffer for a direct write"));
+        }
+        Ok(Self {
+            file,
+            direct,
+            mem,
+            start,
+            len: 0,
+            written: 0,
+        })
+    }
+
+    /// Whether the file is written around the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Writes what is gathered, sets the file to the exact length written, fsyncs it, and
+    /// returns its length.
+    pub fn finish(mut self) -> io::Result<u64> {
+        let total = self.written + self.len as u64;
+        if self.direct {
+            // The last write is padded to the alignment, then the padding cut off.
+            let padded = self.len.div_ceil(ALIGN) * ALIGN;
+            self.mem[self.start + self.len..self.start + padded].fill(0);
+            self.file
+                .write_all(&self.mem[self.start..self.start + padded])?;
+            self.file.set_len(total)?;
+        } else {
+            self.file
+                .write_all(&self.mem[self.start..self.start + self.len])?;
+        }
+        self.file.sync_all()?;
+        Ok(total)
+    }
+
+    fn write_chunk(&mut self) -> io::Result<()> {
+        self.file
+            .write_all(&self.mem[self.start..self.start + self.len])?;
+        self.written += self.len as u64;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+impl Write for DirectWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(CHUNK - self.len);
+        let at = self.start + self.len;
+        self.mem[at..at + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        if self.len == CHUNK {
+            self.write_chunk()?;
+        }
+        Ok(n)
+    }
+
+    /// Chunks are written as they fill; what is left waits for [`DirectWriter::finish`],
+    /// since a direct write must be a whole number of blocks.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads `len` bytes at `offset` of `path`, around the page cache where it can. Returns the
+/// buffer read into and where in it the bytes are (a direct read starts on an aligned offset
+/// of the file, into an aligned part of the buffer).
+pub fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<(Vec<u8>, Range<usize>)> {
+    let len = usize::try_from(len).map_err(io::Error::other)?;
+    let (mut file, direct) = open_read(path)?;
+    if !direct {
+        let mut out = vec![0; len];
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(&mut out)?;
+        return Ok((out, 0..len));
+    }
+    let first = offset / ALIGN as u64 * ALIGN as u64;
+    let skip = usize::try_from(offset - first).map_err(io::Error::other)?;
+    let span = (skip + len).div_ceil(ALIGN) * ALIGN;
+    let mut buf = vec![0u8; span + ALIGN];
+    let start = buf.as_ptr().align_offset(ALIGN);
+    if start > ALIGN {
+        return Err(io::Error::other("no aligned buffer for a direct read"));
+    }
+    file.seek(SeekFrom::Start(first))?;
+    let mut got = 0;
+    while got < skip + len {
+        let want = (span - got).min(CHUNK);
+        // Whole aligned chunks; only the read that meets the end of the file comes up short.
+        let n = file.read(&mut buf[start + got..start + got + want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file ends before the range read",
+            ));
+        }
+        got += n;
+    }
+    Ok((buf, start + skip..start + skip + len))
+}
+
+#[cfg(target_os = "linux")]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((File::open(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    Ok((File::open(path)?, false))
+}
+
+#[cfg(target_os = "linux")]
+fn open(path: &Path) -> io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let direct = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path);
+    match direct {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((buffered(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open(path: &Path) -> io::Result<(File, bool)> {
+    Ok((buffered(path)?, false))
+}
+
+fn buffered(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lengths around the chunk and the alignment come back byte for byte, at their exact
+    /// length (the padding of the last direct write is cut off).
+    #[test]
+    fn writes_exactly_what_it_was_given() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for len in [
+            0,
+            1,
+            ALIGN - 1,
+            ALIGN,
+            ALIGN + 1,
+            CHUNK,
+            CHUNK + 7,
+            2 * CHUNK + ALIGN,
+        ] {
+            let path = dir.path().join(format!("f{len}"));
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut w = DirectWriter::create(&path).expect("create");
+            // In uneven pieces, as an encoder writes.
+            for piece in data.chunks(1000) {
+                w.write_all(piece).expect("write");
+            }
+            assert_eq!(w.finish().expect("finish"), len as u64);
+            assert_eq!(fs::read(&path).expect("read"), data, "length {len}");
+            // Read back whole and in ranges that start and end off the alignment.
+            for (at, n) in [
+                (0, len),
+                (len / 3, len / 2),
+                (len.saturating_sub(5), 5.min(len)),
+            ] {
+                let (buf, range) = read_range(&path, at as u64, n as u64).expect("read range");
+                assert_eq!(&buf[range], &data[at..at + n], "length {len}, {n} at {at}");
+            }
+            assert!(
+                read_range(&path, len as u64, 1).is_err(),
+                "a range past the end is refused"
+            );
+        }
+    }
+}
