@@ -18,33 +18,7 @@ const IN_STEP_TIMEOUT: Duration = Duration::from_secs(180);
 #[derive(Subcommand, Debug)]
 pub enum BenchCmd {
     /// Submission throughput and failover time on a three-node loopback cluster.
-    Submit {
-        /// Concurrent clients (each keeps one request in flight).
-        #[arg(long, default_value_t = 64)]
-        clients: usize,
-        /// Seconds of steady load.
-        #[arg(long, default_value_t = 15)]
-        duration: u64,
-        /// Federation nodes to start.
-        #[arg(long, default_value_t = 3)]
-        nodes: u64,
-        /// Drive these existing nodes (comma-separated) instead of starting a cluster.
-        #[arg(long)]
-        targets: Option<String>,
-        /// Skip the kill -9 failover measurement.
-        #[arg(long)]
-        no_failover: bool,
-        /// Leader kills in the failover measurement (each killed leader is restarted and
-        /// keeps pace with the leader again before the next kill), for a distribution rather
-        /// than one sample.
-        #[arg(long, default_value_t = 1)]
-        kills: usize,
-        /// Keep the clients submitting while a killed node restarts and catches up. By
-        /// default they pause then and resume a second before the next kill, so the state the
-        /// bench piles up (nothing it submits ever runs) stays bounded over many kills.
-        #[arg(long)]
-        catch_up_under_load: bool,
-    },
+    Submit(SubmitArgs),
     /// The leader's resident memory over a long run: N small workloads submitted to
     /// `tideway dev` and run to the end, then compacted out (Linux: reads /proc).
     Rss {
@@ -94,28 +68,39 @@ pub enum BenchCmd {
     },
 }
 
+/// `tideway bench submit`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Concurrent clients (each keeps one request in flight).
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds of steady load.
+    #[arg(long, default_value_t = 15)]
+    duration: u64,
+    /// Federation nodes to start.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Drive these existing nodes (comma-separated) instead of starting a cluster.
+    #[arg(long)]
+    targets: Option<String>,
+    /// Skip the kill -9 failover measurement.
+    #[arg(long)]
+    no_failover: bool,
+    /// Leader kills in the failover measurement (each killed leader is restarted and
+    /// keeps pace with the leader again before the next kill), for a distribution rather
+    /// than one sample.
+    #[arg(long, default_value_t = 1)]
+    kills: usize,
+    /// Keep the clients submitting while a killed node restarts and catches up. By
+    /// default they pause then and resume a second before the next kill, so the state the
+    /// bench piles up (nothing it submits ever runs) stays bounded over many kills.
+    #[arg(long)]
+    catch_up_under_load: bool,
+}
+
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
-        BenchCmd::Submit {
-            clients,
-            duration,
-            nodes,
-            targets,
-            no_failover,
-            kills,
-            catch_up_under_load,
-        } => {
-            submit(
-                clients,
-                duration,
-                nodes,
-                targets,
-                no_failover,
-                kills,
-                catch_up_under_load,
-            )
-            .await
-        }
+        BenchCmd::Submit(args) => submit(args).await,
         BenchCmd::Rss {
             workloads,
             clients,
@@ -448,15 +433,16 @@ async fn failover(
     Ok(())
 }
 
-async fn submit(
-    clients: usize,
-    duration: u64,
-    nodes: u64,
-    targets: Option<String>,
-    no_failover: bool,
-    kills: usize,
-    catch_up_under_load: bool,
-) -> anyhow::Result<()> {
+async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    let SubmitArgs {
+        clients,
+        duration,
+        nodes,
+        targets,
+        no_failover,
+        kills,
+        catch_up_under_load,
+    } = args;
     let mut cluster = None;
     let addrs = match targets {
         Some(t) => t.split(',').map(str::to_string).collect(),
