@@ -401,6 +401,20 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         );
     }
 
+    // What readers, status among them, wait for while apply holds the state for an entry.
+    print_histogram(
+        "apply lock held",
+        "state_apply_lock_held_seconds",
+        &digest_after,
+        Some((&digest_before, "the timed calls")),
+    );
+    print_histogram(
+        "apply lock held",
+        "state_apply_lock_held_seconds",
+        &digest_after,
+        None,
+    );
+
     // The leader logs what a slow walk covered (entries, workloads, time per part).
     let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
     for line in log

@@ -107,6 +107,7 @@ pub struct Metrics {
     heartbeats: Family<HeartbeatLabel, Counter>,
     heartbeat_bytes: Family<HeartbeatLabel, Counter>,
     cycle_lock_held: Histogram,
+    apply_lock_held: Histogram,
     cycle_wall: Histogram,
     digest: Family<DigestPartLabel, Histogram, fn() -> Histogram>,
     leader_gone_campaigns: Counter<u64, AtomicU64>,
@@ -279,6 +280,14 @@ impl Default for Metrics {
             "Time one scheduling cycle held the state lock (each hold: input, decisions)",
             cycle_lock_held.clone(),
         );
+        // The other way round: readers (status, list, a submission's checks) wait while
+        // apply holds the state for one entry.
+        let apply_lock_held = Histogram::new(exponential_buckets(0.000_01, 2.0, 18));
+        registry.register(
+            "state_apply_lock_held_seconds",
+            "Time apply held the state's write lock for one log entry (readers wait meanwhile)",
+            apply_lock_held.clone(),
+        );
         let cycle_wall = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register(
             "scheduler_cycle_wall_seconds",
@@ -301,6 +310,7 @@ impl Default for Metrics {
             heartbeats,
             heartbeat_bytes,
             cycle_lock_held,
+            apply_lock_held,
             cycle_wall,
             rejected,
             evictions,
@@ -345,6 +355,12 @@ impl Metrics {
                 .get_or_create(&QueueLabel { queue: q.clone() })
                 .set(*n);
         }
+    }
+
+    /// The histogram apply records its holds of the state's write lock in (shared: the state
+    /// machine keeps a handle to it).
+    pub fn apply_lock_held(&self) -> Histogram {
+        self.apply_lock_held.clone()
     }
 
     /// One hold of the state lock by the scheduling cycle.

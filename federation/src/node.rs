@@ -147,7 +147,9 @@ impl Node {
         std::fs::create_dir_all(&cfg.data_dir).map_err(storage)?;
         let log = RedbLogStore::<TypeConfig>::open(&cfg.data_dir.join("raft-log.redb"))
             .map_err(storage)?;
-        let sm = StateMachineStore::open(&cfg.data_dir.join("snapshots")).map_err(storage)?;
+        let mut sm = StateMachineStore::open(&cfg.data_dir.join("snapshots")).map_err(storage)?;
+        let metrics = Arc::new(Metrics::default());
+        sm.record_apply_lock_in(metrics.apply_lock_held());
         let raft_config = Config {
             cluster_name: "tideway".into(),
             heartbeat_interval: cfg.heartbeat_ms,
@@ -188,7 +190,7 @@ impl Node {
             forwarder,
             filter,
             log_stats,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             fault_injection: cfg.fault_injection,
             limits: cfg.limits.clone(),
             liveness: Liveness::new(cfg.clock.clone()),

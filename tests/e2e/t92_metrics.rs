@@ -11,7 +11,7 @@ use crate::common::{cluster, submit_until_acked};
 
 /// Families whose `# TYPE` line must be served (a labelled family may have no series yet,
 /// e.g. preemptions before any preemption).
-const FAMILIES: [&str; 17] = [
+const FAMILIES: [&str; 18] = [
     "tideway_scheduler_cycle_seconds",
     "tideway_queue_pending_workloads",
     "tideway_fragmentation_ratio",
@@ -29,6 +29,7 @@ const FAMILIES: [&str; 17] = [
     "tideway_workload_submissions_rejected",
     "tideway_workload_submit_to_assign_seconds",
     "tideway_raft_leader_gone_campaigns",
+    "tideway_state_apply_lock_held_seconds",
 ];
 
 /// Series that this test's traffic must have produced, with their labels.
@@ -97,6 +98,13 @@ async fn metrics_name_every_operations_signal() {
                 !text.contains("no-such-workload"),
                 "a raw path became a label"
             );
+            // Apply held the state for the entries of this test's traffic.
+            let applies: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("tideway_state_apply_lock_held_seconds_count "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0);
+            assert!(applies >= 1.0, "no apply recorded:\n{text}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

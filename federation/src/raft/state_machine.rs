@@ -54,6 +54,8 @@ pub struct StateMachineStore {
     /// Size of the latest snapshot's state part, built, installed or loaded (see
     /// [`super::snapshot_policy`]).
     snapshot_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Where apply records how long it held the write lock per entry (the node's metrics).
+    apply_lock_held: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -68,6 +70,7 @@ impl StateMachineStore {
             data: Arc::default(),
             dir,
             snapshot_bytes: Arc::default(),
+            apply_lock_held: None,
         };
         let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
         if let Some(snap) = store.dir.load()? {
@@ -95,6 +98,11 @@ impl StateMachineStore {
     fn note_size(&self, bytes: u64) {
         self.snapshot_bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records each apply's hold of the write lock in `h` from now on.
+    pub fn record_apply_lock_in(&mut self, h: prometheus_client::metrics::histogram::Histogram) {
+        self.apply_lock_held = Some(h);
     }
 
     /// A shared handle for readers (the API layer).
@@ -212,8 +220,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = {
                 let mut d = self.data.write().map_err(io_err)?;
+                let held = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
                 d.last_applied = Some(entry.log_id);
-                match entry.payload {
+                let response = match entry.payload {
                     EntryPayload::Blank => Response::default(),
                     EntryPayload::Normal(req) => {
                         let index = entry.log_id.index();
@@ -228,7 +237,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         d.membership = StoredMembership::new(Some(entry.log_id), m);
                         Response::default()
                     }
+                };
+                drop(d);
+                if let Some(h) = &self.apply_lock_held {
+                    h.observe(held.elapsed().as_secs_f64());
                 }
+                response
             };
             if let Some(r) = responder {
                 r.send(response);
