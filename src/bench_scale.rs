@@ -459,8 +459,8 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         snap.snapshot,
         t.elapsed().as_secs_f64()
     );
-    // Every node builds snapshots on its own schedule, and on a small machine two at once
-    // slow each other: each node's last few, as it logged them, show whether one overlapped.
+    // Every node builds snapshots on its own schedule: each node's last few, as it logged
+    // them, show what they cost and whether one overlapped the leader's.
     for id in c.ids() {
         let log = std::fs::read_to_string(c.log_path(id)).unwrap_or_default();
         let lines: Vec<&str> = log

@@ -42,12 +42,14 @@ pub struct DirectWriter {
 impl DirectWriter {
     /// Creates (or truncates) `path` for writing, around the page cache where it can.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let (file, direct) = open(path)?;
-        let mem = vec![0u8; CHUNK + ALIGN];
-        let start = mem.as_ptr().align_offset(ALIGN);
-        if start > ALIGN {
-            return Err(io::Error::other("no aligned buffer for a direct write"));
-        }
+        let (file, direct) = open(
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true),
+            path,
+        )?;
+        let (mem, start) = aligned(CHUNK)?;
         Ok(Self {
             file,
             direct,
@@ -58,25 +60,21 @@ impl DirectWriter {
         })
     }
 
-    /// Whether the file is written around the page cache.
-    pub fn is_direct(&self) -> bool {
-        self.direct
-    }
-
     /// Writes what is gathered, sets the file to the exact length written, fsyncs it, and
     /// returns its length.
     pub fn finish(mut self) -> io::Result<u64> {
         let total = self.written + self.len as u64;
-        if self.direct {
-            // The last write is padded to the alignment, then the padding cut off.
-            let padded = self.len.div_ceil(ALIGN) * ALIGN;
-            self.mem[self.start + self.len..self.start + padded].fill(0);
-            self.file
-                .write_all(&self.mem[self.start..self.start + padded])?;
-            self.file.set_len(total)?;
+        // A direct write's last block is padded to the alignment, the padding cut off after.
+        let last = if self.direct {
+            self.len.div_ceil(ALIGN) * ALIGN
         } else {
-            self.file
-                .write_all(&self.mem[self.start..self.start + self.len])?;
+            self.len
+        };
+        self.mem[self.start + self.len..self.start + last].fill(0);
+        self.file
+            .write_all(&self.mem[self.start..self.start + last])?;
+        if self.direct {
+            self.file.set_len(total)?;
         }
         self.file.sync_all()?;
         Ok(total)
@@ -115,7 +113,7 @@ impl Write for DirectWriter {
 /// of the file, into an aligned part of the buffer).
 pub fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<(Vec<u8>, Range<usize>)> {
     let len = usize::try_from(len).map_err(io::Error::other)?;
-    let (mut file, direct) = open_read(path)?;
+    let (mut file, direct) = open(fs::OpenOptions::new().read(true), path)?;
     if !direct {
         let mut out = vec![0; len];
         file.seek(SeekFrom::Start(offset))?;
@@ -125,11 +123,7 @@ pub fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<(Vec<u8>, Ra
     let first = offset / ALIGN as u64 * ALIGN as u64;
     let skip = usize::try_from(offset - first).map_err(io::Error::other)?;
     let span = (skip + len).div_ceil(ALIGN) * ALIGN;
-    let mut buf = vec![0u8; span + ALIGN];
-    let start = buf.as_ptr().align_offset(ALIGN);
-    if start > ALIGN {
-        return Err(io::Error::other("no aligned buffer for a direct read"));
-    }
+    let (mut buf, start) = aligned(span)?;
     file.seek(SeekFrom::Start(first))?;
     let mut got = 0;
     while got < skip + len {
@@ -147,52 +141,29 @@ pub fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<(Vec<u8>, Ra
     Ok((buf, start + skip..start + skip + len))
 }
 
-#[cfg(target_os = "linux")]
-fn open_read(path: &Path) -> io::Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
+/// `len` zeroed bytes at an aligned place: the buffer, and where they start in it.
+fn aligned(len: usize) -> io::Result<(Vec<u8>, usize)> {
+    let buf = vec![0u8; len + ALIGN];
+    let start = buf.as_ptr().align_offset(ALIGN);
+    if start > ALIGN {
+        return Err(io::Error::other("no aligned buffer for a direct transfer"));
+    }
+    Ok((buf, start))
+}
+
+/// Opens `path` with `options` around the page cache where the system allows it, through
+/// it otherwise; says which.
+fn open(options: &fs::OpenOptions, path: &Path) -> io::Result<(File, bool)> {
+    #[cfg(target_os = "linux")]
     {
-        Ok(f) => Ok((f, true)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((File::open(path)?, false)),
-        Err(e) => Err(e),
+        use std::os::unix::fs::OpenOptionsExt;
+        match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
     }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open_read(path: &Path) -> io::Result<(File, bool)> {
-    Ok((File::open(path)?, false))
-}
-
-#[cfg(target_os = "linux")]
-fn open(path: &Path) -> io::Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let direct = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path);
-    match direct {
-        Ok(f) => Ok((f, true)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((buffered(path)?, false)),
-        Err(e) => Err(e),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open(path: &Path) -> io::Result<(File, bool)> {
-    Ok((buffered(path)?, false))
-}
-
-fn buffered(path: &Path) -> io::Result<File> {
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
+    Ok((options.open(path)?, false))
 }
 
 #[cfg(test)]

@@ -12,9 +12,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-#[cfg(test)]
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
@@ -302,7 +300,7 @@ where
         // it, as a non-durable commit would be, which costs a restart only a longer replay.
         let bytes = encode(&committed)?;
         // The entries it names were appended before it was saved: writes up to this number.
-        let after = self.appends.load(std::sync::atomic::Ordering::Relaxed);
+        let after = self.appends.load(Ordering::Relaxed);
         let mut pending = self.committed.lock().map_err(io_err)?;
         if pending.len() >= PENDING_COMMITTED {
             pending.pop_front();
@@ -325,10 +323,7 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let write = self
-            .appends
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
+        let write = self.appends.fetch_add(1, Ordering::Relaxed) + 1;
         let mut kept = Vec::new();
         for e in entries {
             let bytes: Arc<[u8]> = encode(&e)?.into();

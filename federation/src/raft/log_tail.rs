@@ -111,16 +111,6 @@ impl<E: Clone> LogTail<E> {
         self.bytes -= dropped.values().map(|(_, b, _)| b.len()).sum::<usize>();
     }
 
-    /// The first index held, if any: below it, redb answers.
-    pub fn first(&self) -> Option<u64> {
-        self.entries.first_key_value().map(|(i, _)| *i)
-    }
-
-    /// The log id of the last entry held, by `id`.
-    pub fn last_with<T>(&self, id: impl FnOnce(&E) -> T) -> Option<T> {
-        self.entries.last_key_value().map(|(_, (e, _, _))| id(e))
-    }
-
     /// Copies of the entries in the range, if the tail holds every index of it that the log
     /// can hold: from its start up to a bounded end within the tail. `None` sends the reader
     /// to redb.
@@ -255,10 +245,13 @@ mod tests {
         t.appended(2, 2, b(big), 2);
         t.appended(3, 3, b(big), 2);
         // Over the bounds: the durable entry left, the others stay for readers.
-        assert_eq!(t.first(), Some(2));
+        assert_eq!(t.span().map(|(first, last, _)| (first, last)), Some((2, 3)));
         assert_eq!(t.read(Included(2), Included(3)), Some(vec![2, 3]));
         t.durable(2);
-        assert_eq!(t.first(), Some(3), "trimmed once durable");
-        assert_eq!(t.last_with(|e| *e), Some(3));
+        assert_eq!(
+            t.span().map(|(first, last, _)| (first, last)),
+            Some((3, 3)),
+            "trimmed once durable"
+        );
     }
 }

@@ -133,17 +133,6 @@ fn run<C: RaftTypeConfig>(shared: Shared<C>, rx: Receiver<Job<C>>) {
             failed = Some(io::Error::new(e.kind(), e.to_string()));
         }
         if result.is_ok() {
-            let entries: usize = group
-                .iter()
-                .map(|j| match j {
-                    Job::Append { rows, .. } => rows.len(),
-                    _ => 0,
-                })
-                .sum();
-            shared
-                .stats
-                .entries
-                .fetch_add(entries as u64, Ordering::Relaxed);
             durable = after;
             if newest.is_some()
                 && let Ok(mut tail) = shared.tail.lock()
@@ -183,7 +172,7 @@ fn commit<C: RaftTypeConfig>(
     };
     let mut txn = shared.db.begin_write().map_err(io_err)?;
     txn.set_durability(Durability::Immediate).map_err(io_err)?;
-    let mut bytes = 0u64;
+    let (mut entries, mut bytes) = (0u64, 0u64);
     for job in group.iter_mut() {
         match job {
             Job::Append { rows, .. } => {
@@ -192,6 +181,7 @@ fn commit<C: RaftTypeConfig>(
                     t.insert(*idx, &b[..]).map_err(io_err)?;
                     bytes += b.len() as u64;
                 }
+                entries += rows.len() as u64;
             }
             Job::Change { change, .. } => {
                 let change = std::mem::replace(change, Box::new(|_| Ok(())));
@@ -207,6 +197,7 @@ fn commit<C: RaftTypeConfig>(
     }
     txn.commit().map_err(io_err)?;
     shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+    shared.stats.entries.fetch_add(entries, Ordering::Relaxed);
     shared.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
     Ok(())
 }

@@ -181,8 +181,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             .map_err(io_err)??
         };
         self.note_size(written.len());
-        // Each node builds its own snapshots on its own schedule; when two overlap on a small
-        // machine both take longer, and this line is how an operator (or `bench scale`) sees it.
+        // Each node builds its own snapshots on its own schedule: this line is how an operator
+        // (or `bench scale`) sees what each one cost, and whether two overlapped.
         tracing::info!(
             index = last_applied.map_or(0, |l| l.index()),
             bytes = written.len(),
