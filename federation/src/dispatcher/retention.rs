@@ -63,7 +63,7 @@ impl Finished {
                 self.of.clear();
                 for (name, w) in &map {
                     if let Some(at) = finished_at(w) {
-                        self.insert(name.clone(), at);
+                        self.insert(name.shared().clone(), at);
                     }
                 }
             }
@@ -75,7 +75,7 @@ impl Finished {
                     if let Some((key, w)) = map.get_key_value(&*name)
                         && let Some(at) = finished_at(w)
                     {
-                        self.insert(key.clone(), at);
+                        self.insert(key.shared().clone(), at);
                     }
                 }
             }

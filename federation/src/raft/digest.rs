@@ -863,6 +863,10 @@ impl DigestCache {
 }
 
 #[cfg(test)]
+#[path = "digest_cost_tests.rs"]
+mod digest_cost_tests;
+
+#[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 

@@ -21,7 +21,8 @@ impl FederationState {
     /// and after.
     pub fn share_strings(&mut self) {
         // Hash lookups: a million of them in the ordered maps cost more than the decoding.
-        let names: HashMap<&str, &Arc<str>> = self.workloads.keys().map(|k| (&**k, k)).collect();
+        let names: HashMap<&str, &Arc<str>> =
+            self.workloads.keys().map(|k| (&**k, k.shared())).collect();
         let name = |n: &Arc<str>| names.get(&**n).map_or_else(|| n.clone(), |k| Arc::clone(k));
         // The order and the UID index keep their keys: their values change in place, which
         // allocates nothing (a decoded map is not shared, so no node is copied).
@@ -125,18 +126,24 @@ mod tests {
             .workloads
             .get_key_value(&*name_of_first)
             .expect("workload");
-        assert!(!Arc::ptr_eq(key, &name_of_first), "decoding copies");
+        assert!(
+            !Arc::ptr_eq(key.shared(), &name_of_first),
+            "decoding copies"
+        );
 
         back.share_strings();
         assert!(back == s, "the same state");
         assert_eq!(rmp_serde::to_vec_named(&back).expect("encode"), bytes);
         for (_, n) in back.order.iter() {
             let (key, _) = back.workloads.get_key_value(&**n).expect("workload");
-            assert!(Arc::ptr_eq(key, n), "order shares the map's key");
+            assert!(Arc::ptr_eq(key.shared(), n), "order shares the map's key");
         }
         for (u, n) in back.uids.iter() {
             let (key, _) = back.workloads.get_key_value(&**n).expect("workload");
-            assert!(Arc::ptr_eq(key, n), "the UID index shares the name");
+            assert!(
+                Arc::ptr_eq(key.shared(), n),
+                "the UID index shares the name"
+            );
             let (k, rec) = back
                 .idempotency
                 .iter()
