@@ -41,7 +41,6 @@ pub mod queue;
 pub mod quota_schedule;
 pub mod role_binding;
 pub mod rollout;
-pub mod shared;
 pub mod tuning;
 pub mod usage;
 pub mod validation;

@@ -13,7 +13,6 @@ use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{API_VERSION, ObjectMeta, impl_resource, is_false};
-use crate::shared::Shared;
 use crate::validation::{CheckAt, Checker, at, impl_validate};
 
 /// At most this many pod sets, like Kueue, so a workload stays explainable.
@@ -47,10 +46,7 @@ pub struct Workload {
     /// Name (unique among workloads) and labels; the server sets the uid.
     pub metadata: ObjectMeta,
     /// What the work needs, as the user wrote it (the server may fill in `user`).
-    // Shared between the copies of one workload until one changes it: a status change (a
-    // new pending reason) copies the workload but not its spec (see `crate::shared`).
-    #[cfg_attr(feature = "openapi", schema(value_type = WorkloadSpec))]
-    pub spec: Shared<WorkloadSpec>,
+    pub spec: WorkloadSpec,
     /// Written by the federation; None in a document a user writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<WorkloadStatus>,
@@ -65,7 +61,7 @@ impl Workload {
             api_version: CompactString::const_new(API_VERSION),
             kind: CompactString::const_new(<Self as crate::meta::Resource>::KIND),
             metadata: ObjectMeta::named(name),
-            spec: Shared::new(spec),
+            spec,
             status: None,
         }
     }
