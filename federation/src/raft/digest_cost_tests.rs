@@ -5,32 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeZone, Utc};
+use tideway_api::PendingReason;
 use tideway_api::clock::{Clock, RealClock};
-use tideway_api::{PendingReason, Workload};
 
 use super::*;
 use crate::raft::types::TypeConfig;
+use crate::scale_mix::measure::{env_or, submission, t};
 use crate::state::command::Command;
 use crate::state::scheduling::CycleDecisions;
-
-fn t(s: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(1_800_000_000 + s, 0)
-        .single()
-        .expect("time")
-}
-
-fn submission(i: u64) -> Command {
-    let body = crate::scale_mix::workload_json(&format!("scale-{i}"), i);
-    let mut w: Workload = serde_json::from_str(&body).expect("workload");
-    let uid = tideway_api::new_uid();
-    w.metadata.uid = Some(uid.clone());
-    Command::SubmitWorkload {
-        workload: Box::new(w),
-        idempotency_key: uid,
-        at: t(i as i64 / 1000),
-    }
-}
 
 /// A reason as the cycle writes it for a gang that fits nowhere on a fleet of 100 members
 /// (the five clusters with the largest fits, `maxReasonClusters`' default).
@@ -47,18 +29,9 @@ fn capacity_reason(needed: u64, round: u32) -> PendingReason {
 #[test]
 #[ignore = "a measurement: run by hand with --release --ignored --nocapture"]
 fn digest_walk_cost() {
-    let n: u64 = std::env::var("DIGEST_COST_WORKLOADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
-    let changed: u64 = std::env::var("DIGEST_COST_CHANGED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12_000);
-    let rounds: u32 = std::env::var("DIGEST_COST_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(6);
+    let n: u64 = env_or("DIGEST_COST_WORKLOADS", 200_000);
+    let changed: u64 = env_or("DIGEST_COST_CHANGED", 12_000);
+    let rounds: u32 = env_or("DIGEST_COST_ROUNDS", 6);
     let log_id = |i| openraft::testing::log_id::<TypeConfig>(1, 1, i);
     let mut d = StateMachineData::default();
     for i in 0..n {

@@ -7,33 +7,13 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, TimeZone, Utc};
 use tideway_api::Workload;
 use tideway_api::clock::{Clock, RealClock};
 
 use super::*;
 use crate::memory::rss_kib;
-use crate::state::command::{Command, Request};
-
-fn t(s: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(1_800_000_000 + s, 0)
-        .single()
-        .expect("time")
-}
-
-/// The bench's mix of shapes (`tideway bench scale`), stamped as the API stamps a
-/// submission without an `Idempotency-Key` (its UID is its key).
-fn submission(i: u64) -> Command {
-    let body = crate::scale_mix::workload_json(&format!("scale-{i}"), i);
-    let mut w: Workload = serde_json::from_str(&body).expect("workload");
-    let uid = tideway_api::new_uid();
-    w.metadata.uid = Some(uid.clone());
-    Command::SubmitWorkload {
-        workload: Box::new(w),
-        idempotency_key: uid,
-        at: t(i as i64 / 1000),
-    }
-}
+use crate::scale_mix::measure::{env_or, submission};
+use crate::state::command::Request;
 
 /// glibc's `struct mallinfo2`: `uordblks` is the bytes the program holds allocated, a
 /// precise figure where RSS lags frees and counts the allocator's slack.
@@ -65,10 +45,7 @@ fn heap_bytes() -> usize {
 #[test]
 #[ignore = "a measurement: run by hand with --release --ignored --nocapture"]
 fn restart_cost_per_workload() {
-    let n: u64 = std::env::var("RESTART_COST_WORKLOADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+    let n: u64 = env_or("RESTART_COST_WORKLOADS", 200_000);
     const PER_ENTRY: u64 = 16;
     // The log as a leader writes it: batches of submissions, each entry encoded.
     let entries: Vec<Vec<u8>> = (0..n / PER_ENTRY)
