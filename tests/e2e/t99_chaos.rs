@@ -62,6 +62,9 @@ async fn assert_quotas_held(addr: &str) -> Option<BTreeMap<String, u64>> {
         }
     }
     let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    // What each queue's charged work is, for the message of a failed check: which workloads,
+    // in which phase, where, since when (a failure under chaos cannot be replayed).
+    let mut charged: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for w in all {
         let phase = w.status.as_ref().map(|s| s.phase).unwrap_or_default();
         if matches!(
@@ -69,13 +72,28 @@ async fn assert_quotas_held(addr: &str) -> Option<BTreeMap<String, u64>> {
             WorkloadPhase::Admitted | WorkloadPhase::Assigned | WorkloadPhase::Running
         ) {
             *used.entry(w.spec.queue.to_string()).or_default() += w.spec.total_gpus();
+            let st = w.status.as_ref();
+            charged
+                .entry(w.spec.queue.to_string())
+                .or_default()
+                .push(format!(
+                    "{} {:?} on {:?}, attempt {:?}, admitted {:?}, started {:?}, message {:?}",
+                    w.metadata.name,
+                    phase,
+                    st.and_then(|s| s.cluster.as_deref()),
+                    st.map(|s| s.attempts),
+                    st.and_then(|s| s.admitted_at),
+                    st.and_then(|s| s.started_at),
+                    st.and_then(|s| s.message.as_deref()),
+                ));
         }
     }
     for (q, ceiling) in LAB_CEILINGS {
         let u = used.get(q).copied().unwrap_or(0);
         assert!(
             u <= ceiling,
-            "queue {q} holds {u} H100 GPUs, over its quota of {ceiling}"
+            "queue {q} holds {u} H100 GPUs, over its quota of {ceiling}, in the state of {addr}:\n{}",
+            charged.get(q).map(|c| c.join("\n")).unwrap_or_default()
         );
     }
     Some(used)
