@@ -159,12 +159,6 @@ impl From<&str> for WorkloadKey {
     }
 }
 
-impl From<String> for WorkloadKey {
-    fn from(name: String) -> Self {
-        Self(name.into())
-    }
-}
-
 impl Serialize for WorkloadKey {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.0)
@@ -237,8 +231,8 @@ impl Workloads {
     /// The workload `name`, to change: the change is journaled.
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Workload> {
         // One descent: a cycle's entry changes thousands of workloads spread over the map,
-        // and a lookup to journal the key before a second one to change the value was a
-        // quarter of applying it.
+        // and a lookup to journal the key, then a second one to change the value, were about
+        // a fifth of applying it.
         let len = self.map.len();
         let (key, w) = self.map.get_key_value_mut(name)?;
         self.journal.note(key.shared().clone(), len);
