@@ -48,6 +48,16 @@ fn digest_walk_cost() {
         "{n} workloads: first digest {:.1} ms",
         started.elapsed().as_secs_f64() * 1e3
     );
+    // What a snapshot without the workloads' sum costs a restart: every workload hashed.
+    let mut copy = d.state.workloads.clone();
+    let started = clock.instant();
+    copy.restore_sum(None);
+    println!(
+        "{n} workloads: their sum from scratch {:.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(copy.digest_sum(), d.state.workloads.digest_sum());
+    drop(copy);
     let names: Vec<String> = d.state.workloads.keys().map(|k| k.to_string()).collect();
     let step = (n / changed).max(1) as usize;
     let mut walks = Vec::new();

@@ -143,6 +143,7 @@ fn restart_cost_per_workload() {
         last_applied: &None,
         membership: &StoredMembership::default(),
         state: &state,
+        workloads_sum: state.workloads.digest_sum(),
     });
     let mut bytes = Vec::new();
     rmp_serde::encode::write_named(&mut bytes, &body).expect("encode");

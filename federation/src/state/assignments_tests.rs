@@ -8,7 +8,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 use tideway_api::agent::{LocalPhase, LocalStatus};
 use tideway_api::{
-    MemberCluster, MemberClusterSpec, MemberPhase, PodSet, Workload, WorkloadClass, WorkloadSpec,
+    MemberCluster, MemberClusterSpec, MemberPhase, PendingReason, PodSet, Workload, WorkloadClass,
+    WorkloadSpec,
 };
 
 use super::FederationState;
@@ -45,6 +46,8 @@ pub(crate) enum Op {
     Readmit(u8),
     Checkpoint(u8, u8, i64),
     Compact(u8),
+    /// A cycle's pending reasons: workload, and which of a few reasons (the last is `Queued`).
+    Reasons(Vec<(u8, u8)>),
     Restore,
 }
 
@@ -65,9 +68,23 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
         1 => c.clone().prop_map(Op::Remove),
         1 => c.clone().prop_map(Op::Readmit),
         2 => (c, w.clone(), 0i64..5).prop_map(|(c, w, d)| Op::Checkpoint(c, w, d)),
-        1 => w.prop_map(Op::Compact),
+        1 => w.clone().prop_map(Op::Compact),
+        2 => proptest::collection::vec((w, 0u8..4), 1..5).prop_map(Op::Reasons),
         1 => Just(Op::Restore),
     ]
+}
+
+/// One of a few pending reasons, equal ones equal: the last is `Queued`.
+fn reason(r: u8) -> PendingReason {
+    match r {
+        0..=2 => PendingReason::QuotaExhausted {
+            queue: "default".into(),
+            flavor: "H100".into(),
+            used: u64::from(r),
+            limit: 2,
+        },
+        _ => PendingReason::Queued,
+    }
 }
 
 /// The UID workload `w` has now (a compacted name comes back with a new UID).
@@ -191,6 +208,16 @@ pub(crate) fn command(s: &FederationState, op: &Op, index: u64) -> Option<Comman
         Op::Compact(w) => Command::CompactWorkloads {
             names: vec![format!("w{w}")],
             before: t(1_000_000),
+            at,
+        },
+        Op::Reasons(reasons) => Command::ApplyCycle {
+            decisions: Box::new(CycleDecisions {
+                reasons: reasons
+                    .iter()
+                    .map(|(w, r)| (format!("w{w}"), reason(*r)))
+                    .collect(),
+                ..CycleDecisions::default()
+            }),
             at,
         },
         Op::Restore => return None,

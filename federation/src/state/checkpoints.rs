@@ -74,7 +74,7 @@ impl FederationState {
             let Some(name) = self.uids.get(cp.uid.as_str()).cloned() else {
                 continue;
             };
-            let Some(w) = self.workloads.get_mut(&name) else {
+            let Some(mut w) = self.workloads.get_mut(&name) else {
                 continue;
             };
             if let Some(st) = w.status.as_mut() {

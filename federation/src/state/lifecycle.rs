@@ -72,7 +72,7 @@ impl FederationState {
             Ok(name) => name,
             Err(answer) => return answer,
         };
-        let Some(w) = self.workloads.get_mut(&name) else {
+        let Some(mut w) = self.workloads.get_mut(&name) else {
             return not_found(id);
         };
         let uid = w.metadata.uid.clone().unwrap_or_default();
@@ -328,7 +328,9 @@ mod tests {
                 }
             }
         );
-        if let Some(st) = s.workloads.get_mut("w").and_then(|w| w.status.as_mut()) {
+        if let Some(mut w) = s.workloads.get_mut("w")
+            && let Some(st) = w.status.as_mut()
+        {
             st.phase = WorkloadPhase::Succeeded;
         }
         assert_eq!(

@@ -447,7 +447,7 @@ impl FederationState {
                         grace_seconds: DRAIN_GRACE_SECONDS,
                     };
                 }
-                if let Some(w) = self.by_uid_mut(&uid) {
+                if let Some(mut w) = self.by_uid_mut(&uid) {
                     if let Some(st) = w.status.as_mut() {
                         st.message = Some(format!(
                             "{name} is draining: checkpoint and stop within {DRAIN_GRACE_SECONDS} s, then move"
@@ -494,7 +494,7 @@ impl FederationState {
             self.scheduling.placements.remove(uid);
             changed += 1;
             // Field by field, not `by_uid_mut`: `self.clock` is read while `w` is held.
-            let Some(w) = self
+            let Some(mut w) = self
                 .uids
                 .get(uid.as_str())
                 .and_then(|n| self.workloads.get_mut(n))
@@ -616,7 +616,7 @@ impl FederationState {
                 format!("member cluster '{cluster}' is not Ready"),
             );
         }
-        let Some(w) = self.workloads.get_mut(name) else {
+        let Some(mut w) = self.workloads.get_mut(name) else {
             return rejected("workload", format!("workload '{name}' does not exist"));
         };
         let status = w.status.get_or_insert_with(Default::default);
@@ -675,7 +675,7 @@ impl FederationState {
             let Some(name) = self.uids.get(st.uid.as_str()) else {
                 continue;
             };
-            let Some(w) = self.workloads.get_mut(name) else {
+            let Some(mut w) = self.workloads.get_mut(name) else {
                 continue;
             };
             let retry_limit = w.spec.retry_limit.unwrap_or(0);

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod bootstrap;
 pub mod checkpoints;
 pub mod command;
+pub mod digest_hash;
 pub mod idempotency;
 pub mod lifecycle;
 pub mod members;
@@ -225,7 +226,7 @@ impl FederationState {
     }
 
     /// The workload of `uid`, to change (journaled, see [`workloads::Workloads::get_mut`]).
-    pub(crate) fn by_uid_mut(&mut self, uid: &str) -> Option<&mut Workload> {
+    pub(crate) fn by_uid_mut(&mut self, uid: &str) -> Option<workloads::WorkloadMut<'_>> {
         let name = self.uids.get(uid)?;
         self.workloads.get_mut(name)
     }

@@ -225,7 +225,7 @@ impl FederationState {
                     .preempting
                     .insert(victim.to_string(), p.preemptor.to_string());
                 self.scheduling.evictions.push(at);
-                if let Some(w) = self.by_uid_mut(victim.as_str())
+                if let Some(mut w) = self.by_uid_mut(victim.as_str())
                     && let Some(st) = w.status.as_mut()
                 {
                     st.message = Some(format!(
@@ -257,22 +257,17 @@ impl FederationState {
         // without hashing each reason again for `PendingReason::shared`.
         let mut seen: Vec<Arc<PendingReason>> = Vec::new();
         for (name, reason) in reasons {
-            if let Some(w) = self.workloads.get_mut(&name)
-                && let Some(st) = w.status.as_mut()
-                && st.phase == WorkloadPhase::Pending
-                && st.pending_reason.as_deref() != Some(&reason)
-            {
-                let shared = match seen.iter().find(|r| ***r == reason) {
-                    Some(r) => Arc::clone(r),
-                    None => {
-                        let r = reason.shared();
-                        if seen.len() < SEEN_REASONS {
-                            seen.push(Arc::clone(&r));
-                        }
-                        r
+            let share = || match seen.iter().find(|r| ***r == reason) {
+                Some(r) => Arc::clone(r),
+                None => {
+                    let r = reason.clone().shared();
+                    if seen.len() < SEEN_REASONS {
+                        seen.push(Arc::clone(&r));
                     }
-                };
-                st.pending_reason = Some(shared);
+                    r
+                }
+            };
+            if self.workloads.set_pending_reason(&name, &reason, share) {
                 changed += 1;
             }
         }

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use tideway_api::Workload;
+use tideway_api::{PendingReason, Workload, WorkloadPhase};
+
+use super::digest_hash::ReasonHashes;
 
 /// Journal entries always kept: a reader less than this far behind can follow it.
 const SLACK: usize = 4096;
@@ -171,19 +173,41 @@ impl<'de> Deserialize<'de> for WorkloadKey {
     }
 }
 
-/// Workloads by name, and the journal of changed names.
-#[derive(Debug, Default)]
+/// Workloads by name, the journal of changed names, and the workloads' part of the state
+/// digest.
+#[derive(Debug)]
 pub struct Workloads {
     map: WorkloadMap,
     journal: Journal,
+    /// The wrapping sum of every workload's digest hash ([`ReasonHashes::workload`]), moved
+    /// by each change as it is made. `None` when it is not known: a decoded map (until
+    /// [`Self::restore_sum`]), or a workload that could not be encoded (the digest then walks
+    /// the map as it did before the sum was kept).
+    sum: Option<u64>,
+    /// Hashes of the pending reasons last seen, for the sum.
+    reasons: ReasonHashes,
+}
+
+impl Default for Workloads {
+    fn default() -> Self {
+        Self {
+            map: WorkloadMap::default(),
+            journal: Journal::default(),
+            sum: Some(0),
+            reasons: ReasonHashes::default(),
+        }
+    }
 }
 
 impl Clone for Workloads {
-    /// A copy starts a journal of its own: its changes are not the original's.
+    /// A copy starts a journal of its own: its changes are not the original's. Its sum is the
+    /// original's (the same map).
     fn clone(&self) -> Self {
         Self {
             map: self.map.clone(),
             journal: Journal::default(),
+            sum: self.sum,
+            reasons: ReasonHashes::default(),
         }
     }
 }
@@ -205,6 +229,8 @@ impl<'de> Deserialize<'de> for Workloads {
         Ok(Self {
             map: WorkloadMap::deserialize(d)?,
             journal: Journal::default(),
+            sum: None,
+            reasons: ReasonHashes::default(),
         })
     }
 }
@@ -228,40 +254,136 @@ impl<'a> IntoIterator for &'a Workloads {
 }
 
 impl Workloads {
-    /// The workload `name`, to change: the change is journaled.
-    pub fn get_mut(&mut self, name: &str) -> Option<&mut Workload> {
+    /// The workload `name`, to change: the change is journaled, and the digest's sum moved
+    /// when the returned guard is dropped.
+    pub fn get_mut(&mut self, name: &str) -> Option<WorkloadMut<'_>> {
         // One descent: a cycle's entry changes thousands of workloads spread over the map,
         // and a lookup to journal the key, then a second one to change the value, were about
         // a fifth of applying it.
         let len = self.map.len();
         let (key, w) = self.map.get_key_value_mut(name)?;
         self.journal.note(key.shared().clone(), len);
-        Some(Arc::make_mut(w))
+        let before = match self.sum {
+            Some(_) => self.reasons.workload(key, w).ok(),
+            None => None,
+        };
+        Some(WorkloadMut {
+            key,
+            w: Arc::make_mut(w),
+            sum: &mut self.sum,
+            reasons: &mut self.reasons,
+            before,
+        })
+    }
+
+    /// Gives pending workload `name` the reason `reason` (shared by `share` when it is
+    /// stored), unless it is not pending or already has an equal one; whether it did.
+    ///
+    /// Only the reason's part of the digest's sum moves: hashing the whole workload before
+    /// and after, as [`Self::get_mut`] does, would cost a scheduling cycle's entry of
+    /// thousands of reasons several milliseconds more under the state's write lock.
+    pub fn set_pending_reason(
+        &mut self,
+        name: &str,
+        reason: &PendingReason,
+        share: impl FnOnce() -> Arc<PendingReason>,
+    ) -> bool {
+        let len = self.map.len();
+        let Some((key, w)) = self.map.get_key_value_mut(name) else {
+            return false;
+        };
+        let Some(st) = w.status.as_ref() else {
+            return false;
+        };
+        if st.phase != WorkloadPhase::Pending || st.pending_reason.as_deref() == Some(reason) {
+            return false;
+        }
+        self.journal.note(key.shared().clone(), len);
+        let shared = share();
+        if let Some(sum) = self.sum {
+            let before = self.reasons.part_of(key, st.pending_reason.as_ref());
+            let after = self.reasons.part_of(key, Some(&shared));
+            self.sum = match (before, after) {
+                (Ok(b), Ok(a)) => Some(sum.wrapping_sub(b).wrapping_add(a)),
+                _ => None,
+            };
+        }
+        if let Some(st) = Arc::make_mut(w).status.as_mut() {
+            st.pending_reason = Some(shared);
+        }
+        true
     }
 
     /// Stores `w` as `name` (replacing any). The key is an `Arc<str>` so that the indexes
     /// beside the map (submission order, UIDs, idempotency records) and the journal share
     /// one copy of the name instead of each holding its own.
     pub fn insert(&mut self, name: impl Into<Arc<str>>, w: Workload) -> Option<Workload> {
-        let name = name.into();
-        self.note_shared(name.clone());
-        self.map
-            .insert(name.into(), Arc::new(w))
+        self.insert_shared(name, Arc::new(w))
             .map(Arc::unwrap_or_clone)
     }
 
     /// Stores `w` under `name`, sharing it with the caller (a submission's answer).
-    pub fn insert_shared(&mut self, name: impl Into<Arc<str>>, w: Arc<Workload>) {
+    pub fn insert_shared(
+        &mut self,
+        name: impl Into<Arc<str>>,
+        w: Arc<Workload>,
+    ) -> Option<Arc<Workload>> {
         let name = name.into();
         self.note_shared(name.clone());
-        self.map.insert(name.into(), w);
+        let added = self.hash(&name, &w);
+        let old = self.map.insert(name.clone().into(), w);
+        let removed = old.as_ref().map(|o| self.hash(&name, o));
+        self.move_sum(removed, added);
+        old
     }
 
     /// Forgets `name`.
     pub fn remove(&mut self, name: &str) -> Option<Workload> {
         let (key, w) = self.map.remove_with_key(name)?;
+        let removed = self.hash(&key, &w);
+        self.move_sum(Some(removed), Ok(0));
         self.note_shared(key.0);
         Some(Arc::unwrap_or_clone(w))
+    }
+
+    /// The workloads' part of the state digest: the sum of their hashes, or `None` when it
+    /// is not known (see the field).
+    pub fn digest_sum(&self) -> Option<u64> {
+        self.sum
+    }
+
+    /// After decoding: the sum the encoded map had (a snapshot carries it), or, when it is
+    /// not given (a snapshot written before the sum was kept), the sum computed from the map.
+    pub fn restore_sum(&mut self, sum: Option<u64>) {
+        self.sum = match sum {
+            Some(s) => Some(s),
+            None => {
+                let mut total: Option<u64> = Some(0);
+                for (k, w) in self.map.iter() {
+                    total = match (total, self.reasons.workload(k, w)) {
+                        (Some(t), Ok(h)) => Some(t.wrapping_add(h)),
+                        _ => None,
+                    };
+                }
+                total
+            }
+        };
+    }
+
+    /// `w`'s hash as `name`, when the sum is kept (an error makes the sum unknown).
+    fn hash(&mut self, name: &str, w: &Workload) -> Result<u64, ()> {
+        if self.sum.is_none() {
+            return Err(());
+        }
+        self.reasons.workload(name, w).map_err(|_| ())
+    }
+
+    /// Moves the sum by `removed` (a hash taken out, if any) and `added`.
+    fn move_sum(&mut self, removed: Option<Result<u64, ()>>, added: Result<u64, ()>) {
+        self.sum = match (self.sum, removed.unwrap_or(Ok(0)), added) {
+            (Some(s), Ok(r), Ok(a)) => Some(s.wrapping_sub(r).wrapping_add(a)),
+            _ => None,
+        };
     }
 
     fn note_shared(&mut self, name: Arc<str>) {
@@ -284,6 +406,43 @@ impl Workloads {
         }
         let from = usize::try_from(cursor.position - self.journal.start).ok()?;
         (from <= self.journal.names.len()).then(|| self.journal.names.skip(from))
+    }
+}
+
+/// A workload being changed ([`Workloads::get_mut`]): when dropped, the digest's sum moves
+/// from the workload's hash before the change to its hash after.
+pub struct WorkloadMut<'a> {
+    key: &'a WorkloadKey,
+    w: &'a mut Workload,
+    sum: &'a mut Option<u64>,
+    reasons: &'a mut ReasonHashes,
+    /// The hash before the change (`None`: the sum is not kept, or it could not be taken).
+    before: Option<u64>,
+}
+
+impl std::ops::Deref for WorkloadMut<'_> {
+    type Target = Workload;
+
+    fn deref(&self) -> &Workload {
+        self.w
+    }
+}
+
+impl std::ops::DerefMut for WorkloadMut<'_> {
+    fn deref_mut(&mut self) -> &mut Workload {
+        self.w
+    }
+}
+
+impl Drop for WorkloadMut<'_> {
+    fn drop(&mut self) {
+        let Some(sum) = *self.sum else {
+            return;
+        };
+        *self.sum = match (self.before, self.reasons.workload(self.key, self.w)) {
+            (Some(b), Ok(a)) => Some(sum.wrapping_sub(b).wrapping_add(a)),
+            _ => None,
+        };
     }
 }
 
@@ -329,7 +488,7 @@ mod tests {
         ws.insert("a", workload("a"));
         let cursor = ws.cursor();
         assert_eq!(ws.changed_since(cursor).map(|v| v.len()), Some(0));
-        if let Some(w) = ws.get_mut("a") {
+        if let Some(mut w) = ws.get_mut("a") {
             w.spec.queue = "other".into();
         }
         ws.insert("b", workload("b"));
@@ -369,7 +528,7 @@ mod tests {
         }
         let copy = ws.clone();
         let before = rmp_serde::to_vec_named(&ws).expect("encode");
-        if let Some(w) = ws.get_mut("b") {
+        if let Some(mut w) = ws.get_mut("b") {
             w.spec.queue = "changed".into();
         }
         ws.remove("c");
@@ -386,6 +545,90 @@ mod tests {
             panic!("a in both");
         };
         assert!(Arc::ptr_eq(a1, a2));
+    }
+
+    /// The sum of every workload's hash, taken afresh.
+    fn sum_from_scratch(ws: &Workloads) -> u64 {
+        let mut reasons = ReasonHashes::default();
+        ws.iter().fold(0u64, |sum, (k, w)| {
+            sum.wrapping_add(reasons.workload(k, w).expect("hash"))
+        })
+    }
+
+    fn pending(name: &str) -> Workload {
+        let mut w = workload(name);
+        w.status = Some(tideway_api::WorkloadStatus {
+            phase: WorkloadPhase::Pending,
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn the_kept_sum_follows_every_kind_of_change_and_survives_a_decode() {
+        let quota = |used| PendingReason::QuotaExhausted {
+            queue: "default".into(),
+            flavor: "H100".into(),
+            used,
+            limit: 8,
+        };
+        let mut ws = Workloads::default();
+        assert_eq!(ws.digest_sum(), Some(0));
+        let mut check = |ws: &Workloads, what: &str| {
+            assert_eq!(ws.digest_sum(), Some(sum_from_scratch(ws)), "{what}");
+        };
+        for n in ["a", "b", "c"] {
+            ws.insert(n, pending(n));
+        }
+        check(&ws, "inserted");
+        ws.insert("b", workload("b"));
+        check(&ws, "replaced");
+        // A reason given, changed, given again (no change), and refused to a workload that is
+        // not pending.
+        assert!(ws.set_pending_reason("a", &quota(1), || quota(1).shared()));
+        check(&ws, "a reason");
+        assert!(ws.set_pending_reason("c", &quota(1), || quota(1).shared()));
+        assert!(ws.set_pending_reason("a", &quota(2), || quota(2).shared()));
+        check(&ws, "a changed reason");
+        assert!(!ws.set_pending_reason("a", &quota(2), || quota(2).shared()));
+        assert!(!ws.set_pending_reason("b", &quota(2), || quota(2).shared()));
+        assert!(!ws.set_pending_reason("missing", &quota(2), || quota(2).shared()));
+        check(&ws, "no change");
+        // Two workloads swapping reasons move the sum.
+        let before = ws.digest_sum();
+        assert!(ws.set_pending_reason("a", &quota(1), || quota(1).shared()));
+        assert!(ws.set_pending_reason("c", &quota(2), || quota(2).shared()));
+        check(&ws, "swapped");
+        assert_ne!(ws.digest_sum(), before);
+        // A change through the guard, the reason among what it changes.
+        if let Some(mut w) = ws.get_mut("a")
+            && let Some(st) = w.status.as_mut()
+        {
+            st.pending_reason = None;
+            st.message = Some("changed".into());
+        }
+        check(&ws, "changed in place");
+        // A copy changes apart from the original, each sum its own map's.
+        let mut copy = ws.clone();
+        copy.remove("c");
+        ws.insert("d", pending("d"));
+        check(&ws, "the original");
+        check(&copy, "the copy");
+        ws.remove("a");
+        ws.remove("missing");
+        check(&ws, "removed");
+        // A decoded map does not know its sum until told, or until it computes it.
+        let bytes = rmp_serde::to_vec_named(&ws).expect("encode");
+        let mut back: Workloads = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back.digest_sum(), None);
+        back.insert("e", pending("e"));
+        assert_eq!(back.digest_sum(), None, "not kept while unknown");
+        back.remove("e");
+        back.restore_sum(None);
+        assert_eq!(back.digest_sum(), ws.digest_sum());
+        let mut told: Workloads = rmp_serde::from_slice(&bytes).expect("decode");
+        told.restore_sum(ws.digest_sum());
+        check(&told, "told");
     }
 
     #[test]
