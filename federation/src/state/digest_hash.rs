@@ -82,34 +82,16 @@ pub fn without_reason(w: &Workload) -> impl Serialize + PartialEq + '_ {
         spec,
         status,
     } = w;
+    // Each field named once: the pattern must name them all, so the tuple holds them all.
+    macro_rules! all_but_the_reason {
+        ($st:expr; $($field:ident),*) => {{
+            let WorkloadStatus { pending_reason: _, $($field),* } = $st;
+            ($($field),*)
+        }};
+    }
     let status = status.as_ref().map(|st| {
-        let WorkloadStatus {
-            phase,
-            pending_reason: _,
-            message,
-            cluster,
-            attempts,
-            submitted_at,
-            admitted_at,
-            started_at,
-            finished_at,
-            nodes,
-            retry_not_before,
-            last_checkpoint_at,
-        } = st;
-        (
-            phase,
-            message,
-            cluster,
-            attempts,
-            submitted_at,
-            admitted_at,
-            started_at,
-            finished_at,
-            nodes,
-            retry_not_before,
-            last_checkpoint_at,
-        )
+        all_but_the_reason!(st; phase, message, cluster, attempts, submitted_at, admitted_at,
+            started_at, finished_at, nodes, retry_not_before, last_checkpoint_at)
     });
     (api_version, kind, metadata, spec, status)
 }
