@@ -1060,7 +1060,7 @@ mod tests {
                         d.state = rmp_serde::from_slice(&bytes).expect("decode");
                         // As a snapshot restores it, or (every other index) left without
                         // the workloads' sum: the digest then walks the map.
-                        if index % 2 == 0 {
+                        if index.is_multiple_of(2) {
                             d.state.workloads.restore_sum(None);
                         }
                     }

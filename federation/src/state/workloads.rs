@@ -574,7 +574,7 @@ mod tests {
         };
         let mut ws = Workloads::default();
         assert_eq!(ws.digest_sum(), Some(0));
-        let mut check = |ws: &Workloads, what: &str| {
+        let check = |ws: &Workloads, what: &str| {
             assert_eq!(ws.digest_sum(), Some(sum_from_scratch(ws)), "{what}");
         };
         for n in ["a", "b", "c"] {
