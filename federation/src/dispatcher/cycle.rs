@@ -438,6 +438,29 @@ pub fn checkpoints_of(state: &FederationState, out: &SchedulerOutput) -> Vec<Che
         .collect()
 }
 
+/// Whether the leader's applied state is one a cycle may decide on: it holds every entry
+/// that can still commit before the cycle's own.
+///
+/// The core charges a queue for the work the applied state shows assigned or running, and
+/// apply does not check quotas again. Two cases would let a cycle decide on a state that
+/// lacks an earlier cycle's admissions, and both cycles' admissions then apply, over the
+/// queue's quota:
+/// - a new leader's log can hold a previous leader's entries (a cycle among them) that
+///   commit only with this term's first entry: until an entry of this term is applied,
+///   they may be unapplied;
+/// - a cycle whose proposal failed (a time-out: the leader lost its quorum) may still
+///   commit once the quorum is back: `barrier` is the leader's last log index when it
+///   failed, and the next cycle waits until that index is applied.
+pub(crate) fn may_decide(
+    last_applied: Option<&crate::raft::types::LogId>,
+    current_term: u64,
+    barrier: u64,
+) -> bool {
+    use openraft::vote::RaftLeaderId;
+    last_applied
+        .is_some_and(|l| l.committed_leader_id().term() == current_term && l.index() >= barrier)
+}
+
 /// Runs a cycle every `cycle_interval` on the leader.
 pub async fn schedule_loop(
     raft: Raft,
@@ -454,10 +477,22 @@ pub async fn schedule_loop(
     let mut backlog = Backlog::default();
     let mut wide = HashMap::new();
     let mut cursors = HashMap::new();
+    // See `may_decide`: the log index a failed proposal of a cycle may be at.
+    let mut barrier = 0u64;
     loop {
         tokio::time::sleep(pause).await;
         pause = cfg.cycle_interval;
         if !raft.is_leader() {
+            continue;
+        }
+        let ready = {
+            use openraft::async_runtime::watch::WatchReceiver;
+            let m = raft.metrics();
+            let m = m.borrow_watched();
+            may_decide(m.last_applied.as_ref(), m.current_term, barrier)
+        };
+        if !ready {
+            tracing::debug!(barrier, "cycle skipped: earlier entries not applied yet");
             continue;
         }
         cycle += 1;
@@ -668,7 +703,9 @@ pub async fn schedule_loop(
             })
             .await
         {
-            tracing::warn!(error = %e, "could not commit a scheduling cycle");
+            // It may still commit: the next cycle waits until it is applied or gone.
+            barrier = crate::raft::metrics(&raft).last_log_index.unwrap_or(0);
+            tracing::warn!(error = %e, barrier, "could not commit a scheduling cycle");
         }
     }
 }

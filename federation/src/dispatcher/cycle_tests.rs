@@ -412,3 +412,31 @@ fn the_input_carries_the_applied_policys_tuning() {
     let after = build_input(&s, |_| Some(digest(t(4))), t(60), 7);
     assert_eq!(after.settings.tuning.max_assignments_per_cycle, None);
 }
+
+/// A leader decides only on a state that holds every entry that can commit before its cycle:
+/// not while entries of an earlier term may be unapplied (a previous leader's cycle, which
+/// commits with this term's first entry), nor while a cycle whose proposal failed may still
+/// commit. Either would let two cycles admit work on states that each lack the other's
+/// admissions, over a queue's quota.
+#[test]
+fn a_cycle_waits_for_its_terms_first_entry_and_for_a_failed_proposal() {
+    use super::cycle::may_decide;
+    let at = |term: u64, index: u64| {
+        openraft::testing::log_id::<crate::raft::types::TypeConfig>(term, 1, index)
+    };
+    assert!(!may_decide(None, 1, 0), "nothing applied yet");
+    assert!(
+        !may_decide(Some(&at(2, 40)), 3, 0),
+        "elected in term 3, still applying term 2's entries"
+    );
+    assert!(
+        may_decide(Some(&at(3, 41)), 3, 0),
+        "term 3's first entry applied"
+    );
+    assert!(
+        !may_decide(Some(&at(3, 41)), 3, 45),
+        "a failed cycle's proposal may be at 45"
+    );
+    assert!(may_decide(Some(&at(3, 45)), 3, 45));
+    assert!(may_decide(Some(&at(3, 60)), 3, 45));
+}
