@@ -6,7 +6,8 @@
 //! apply time: a scheduling cycle's entry rewrites the pending reasons of thousands of
 //! workloads at once, and at a million workloads a walk of the map's diff to find them took
 //! 25-55 ms per `cluster status` call after such an entry, where moving the sum as each reason
-//! is written costs a few hundred nanoseconds a reason.
+//! is written costs two small hashes a reason (the apply of 12,000 of them measured the same
+//! with and without, within its run-to-run noise).
 
 use std::hash::Hasher;
 use std::io;
