@@ -387,15 +387,14 @@ impl Sums {
     /// The sums of `s`, from scratch: moved from a state with none of the large parts, so
     /// that the from-scratch digest and the incremental one share every line that hashes.
     ///
-    /// Every part is walked, the workloads too: this is the reference the sum the workloads'
-    /// map keeps is held to.
-    fn of(s: &FederationState) -> Result<Self, Error> {
-        Self::default().moved(
-            &FederationState::default(),
-            s,
-            &mut WalkCount::default(),
-            WorkloadsPart::Walked,
-        )
+    /// With [`WorkloadsPart::Walked`] every part is walked, the workloads too: the reference
+    /// the sum the workloads' map keeps is held to.
+    fn of(
+        s: &FederationState,
+        count: &mut WalkCount,
+        workloads: WorkloadsPart,
+    ) -> Result<Self, Error> {
+        Self::default().moved(&FederationState::default(), s, count, workloads)
     }
 
     /// The sums of `new`, from those of `old` (`self`).
@@ -533,7 +532,10 @@ fn digest_with(s: &FederationState, sums: &Sums) -> Result<String, Error> {
 /// A state that cannot be encoded is an error, never the digest of nothing: two nodes that
 /// both failed would otherwise report equal digests for different states.
 pub fn state_digest(state: &FederationState) -> Result<String, Error> {
-    digest_with(state, &Sums::of(state)?)
+    digest_with(
+        state,
+        &Sums::of(state, &mut WalkCount::default(), WorkloadsPart::Walked)?,
+    )
 }
 
 /// What a walk covered, for the log line of a slow one: how many workloads it hashed (and of
@@ -730,12 +732,7 @@ impl DigestCache {
             Some(last) => last
                 .sums
                 .moved(&last.state, &state, &mut count, WorkloadsPart::Kept)?,
-            None => Sums::default().moved(
-                &FederationState::default(),
-                &state,
-                &mut count,
-                WorkloadsPart::Kept,
-            )?,
+            None => Sums::of(&state, &mut count, WorkloadsPart::Kept)?,
         };
         let walked = clock.instant();
         let walk = walked.duration_since(started);

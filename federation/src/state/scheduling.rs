@@ -257,17 +257,17 @@ impl FederationState {
         // without hashing each reason again for `PendingReason::shared`.
         let mut seen: Vec<Arc<PendingReason>> = Vec::new();
         for (name, reason) in reasons {
-            let share = || match seen.iter().find(|r| ***r == reason) {
+            let share = |reason: PendingReason| match seen.iter().find(|r| ***r == reason) {
                 Some(r) => Arc::clone(r),
                 None => {
-                    let r = reason.clone().shared();
+                    let r = reason.shared();
                     if seen.len() < SEEN_REASONS {
                         seen.push(Arc::clone(&r));
                     }
                     r
                 }
             };
-            if self.workloads.set_pending_reason(&name, &reason, share) {
+            if self.workloads.set_pending_reason(&name, reason, share) {
                 changed += 1;
             }
         }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tideway_api::{PendingReason, Workload, WorkloadPhase};
 
-use super::digest_hash::ReasonHashes;
+use super::digest_hash::{Error, ReasonHashes};
 
 /// Journal entries always kept: a reader less than this far behind can follow it.
 const SLACK: usize = 4096;
@@ -263,9 +263,10 @@ impl Workloads {
         let len = self.map.len();
         let (key, w) = self.map.get_key_value_mut(name)?;
         self.journal.note(key.shared().clone(), len);
+        // Not taken when the sum is not kept: the guard then leaves it unknown.
         let before = match self.sum {
-            Some(_) => self.reasons.workload(key, w).ok(),
-            None => None,
+            Some(_) => self.reasons.workload(key, w),
+            None => Ok(0),
         };
         Some(WorkloadMut {
             key,
@@ -277,7 +278,8 @@ impl Workloads {
     }
 
     /// Gives pending workload `name` the reason `reason` (shared by `share` when it is
-    /// stored), unless it is not pending or already has an equal one; whether it did.
+    /// stored, and handed back to it by value so it is never copied), unless it is not
+    /// pending or already has an equal one; whether it did.
     ///
     /// Only the reason's part of the digest's sum moves: hashing the whole workload before
     /// and after, as [`Self::get_mut`] does, would cost a scheduling cycle's entry of
@@ -285,8 +287,8 @@ impl Workloads {
     pub fn set_pending_reason(
         &mut self,
         name: &str,
-        reason: &PendingReason,
-        share: impl FnOnce() -> Arc<PendingReason>,
+        reason: PendingReason,
+        share: impl FnOnce(PendingReason) -> Arc<PendingReason>,
     ) -> bool {
         let len = self.map.len();
         let Some((key, w)) = self.map.get_key_value_mut(name) else {
@@ -295,18 +297,15 @@ impl Workloads {
         let Some(st) = w.status.as_ref() else {
             return false;
         };
-        if st.phase != WorkloadPhase::Pending || st.pending_reason.as_deref() == Some(reason) {
+        if st.phase != WorkloadPhase::Pending || st.pending_reason.as_deref() == Some(&reason) {
             return false;
         }
         self.journal.note(key.shared().clone(), len);
-        let shared = share();
-        if let Some(sum) = self.sum {
+        let shared = share(reason);
+        if self.sum.is_some() {
             let before = self.reasons.part_of(key, st.pending_reason.as_ref());
             let after = self.reasons.part_of(key, Some(&shared));
-            self.sum = match (before, after) {
-                (Ok(b), Ok(a)) => Some(sum.wrapping_sub(b).wrapping_add(a)),
-                _ => None,
-            };
+            self.sum = moved(self.sum, before, after);
         }
         if let Some(st) = Arc::make_mut(w).status.as_mut() {
             st.pending_reason = Some(shared);
@@ -330,18 +329,24 @@ impl Workloads {
     ) -> Option<Arc<Workload>> {
         let name = name.into();
         self.note_shared(name.clone());
-        let added = self.hash(&name, &w);
+        let added = self.sum.map(|_| self.reasons.workload(&name, &w));
         let old = self.map.insert(name.clone().into(), w);
-        let removed = old.as_ref().map(|o| self.hash(&name, o));
-        self.move_sum(removed, added);
+        if let Some(added) = added {
+            let removed = old
+                .as_ref()
+                .map_or(Ok(0), |o| self.reasons.workload(&name, o));
+            self.sum = moved(self.sum, removed, added);
+        }
         old
     }
 
     /// Forgets `name`.
     pub fn remove(&mut self, name: &str) -> Option<Workload> {
         let (key, w) = self.map.remove_with_key(name)?;
-        let removed = self.hash(&key, &w);
-        self.move_sum(Some(removed), Ok(0));
+        if self.sum.is_some() {
+            let removed = self.reasons.workload(&key, &w);
+            self.sum = moved(self.sum, removed, Ok(0));
+        }
         self.note_shared(key.0);
         Some(Arc::unwrap_or_clone(w))
     }
@@ -357,32 +362,9 @@ impl Workloads {
     pub fn restore_sum(&mut self, sum: Option<u64>) {
         self.sum = match sum {
             Some(s) => Some(s),
-            None => {
-                let mut total: Option<u64> = Some(0);
-                for (k, w) in self.map.iter() {
-                    total = match (total, self.reasons.workload(k, w)) {
-                        (Some(t), Ok(h)) => Some(t.wrapping_add(h)),
-                        _ => None,
-                    };
-                }
-                total
-            }
-        };
-    }
-
-    /// `w`'s hash as `name`, when the sum is kept (an error makes the sum unknown).
-    fn hash(&mut self, name: &str, w: &Workload) -> Result<u64, ()> {
-        if self.sum.is_none() {
-            return Err(());
-        }
-        self.reasons.workload(name, w).map_err(|_| ())
-    }
-
-    /// Moves the sum by `removed` (a hash taken out, if any) and `added`.
-    fn move_sum(&mut self, removed: Option<Result<u64, ()>>, added: Result<u64, ()>) {
-        self.sum = match (self.sum, removed.unwrap_or(Ok(0)), added) {
-            (Some(s), Ok(r), Ok(a)) => Some(s.wrapping_sub(r).wrapping_add(a)),
-            _ => None,
+            None => self.map.iter().try_fold(0, |total, (k, w)| {
+                moved(Some(total), Ok(0), self.reasons.workload(k, w))
+            }),
         };
     }
 
@@ -416,8 +398,9 @@ pub struct WorkloadMut<'a> {
     w: &'a mut Workload,
     sum: &'a mut Option<u64>,
     reasons: &'a mut ReasonHashes,
-    /// The hash before the change (`None`: the sum is not kept, or it could not be taken).
-    before: Option<u64>,
+    /// The hash before the change (an error: it could not be taken, and the sum becomes
+    /// unknown).
+    before: Result<u64, Error>,
 }
 
 impl std::ops::Deref for WorkloadMut<'_> {
@@ -436,13 +419,21 @@ impl std::ops::DerefMut for WorkloadMut<'_> {
 
 impl Drop for WorkloadMut<'_> {
     fn drop(&mut self) {
-        let Some(sum) = *self.sum else {
+        if self.sum.is_none() {
             return;
-        };
-        *self.sum = match (self.before, self.reasons.workload(self.key, self.w)) {
-            (Some(b), Ok(a)) => Some(sum.wrapping_sub(b).wrapping_add(a)),
-            _ => None,
-        };
+        }
+        let before = std::mem::replace(&mut self.before, Ok(0));
+        let after = self.reasons.workload(self.key, self.w);
+        *self.sum = moved(*self.sum, before, after);
+    }
+}
+
+/// `sum` with the hash `out` taken out and `into` added; unknown from the first hash that
+/// could not be taken on (the digest then walks the map instead).
+fn moved(sum: Option<u64>, out: Result<u64, Error>, into: Result<u64, Error>) -> Option<u64> {
+    match (sum, out, into) {
+        (Some(s), Ok(o), Ok(i)) => Some(s.wrapping_sub(o).wrapping_add(i)),
+        _ => None,
     }
 }
 
@@ -585,19 +576,19 @@ mod tests {
         check(&ws, "replaced");
         // A reason given, changed, given again (no change), and refused to a workload that is
         // not pending.
-        assert!(ws.set_pending_reason("a", &quota(1), || quota(1).shared()));
+        assert!(ws.set_pending_reason("a", quota(1), PendingReason::shared));
         check(&ws, "a reason");
-        assert!(ws.set_pending_reason("c", &quota(1), || quota(1).shared()));
-        assert!(ws.set_pending_reason("a", &quota(2), || quota(2).shared()));
+        assert!(ws.set_pending_reason("c", quota(1), PendingReason::shared));
+        assert!(ws.set_pending_reason("a", quota(2), PendingReason::shared));
         check(&ws, "a changed reason");
-        assert!(!ws.set_pending_reason("a", &quota(2), || quota(2).shared()));
-        assert!(!ws.set_pending_reason("b", &quota(2), || quota(2).shared()));
-        assert!(!ws.set_pending_reason("missing", &quota(2), || quota(2).shared()));
+        assert!(!ws.set_pending_reason("a", quota(2), PendingReason::shared));
+        assert!(!ws.set_pending_reason("b", quota(2), PendingReason::shared));
+        assert!(!ws.set_pending_reason("missing", quota(2), PendingReason::shared));
         check(&ws, "no change");
         // Two workloads swapping reasons move the sum.
         let before = ws.digest_sum();
-        assert!(ws.set_pending_reason("a", &quota(1), || quota(1).shared()));
-        assert!(ws.set_pending_reason("c", &quota(2), || quota(2).shared()));
+        assert!(ws.set_pending_reason("a", quota(1), PendingReason::shared));
+        assert!(ws.set_pending_reason("c", quota(2), PendingReason::shared));
         check(&ws, "swapped");
         assert_ne!(ws.digest_sum(), before);
         // A change through the guard, the reason among what it changes.
