@@ -11,6 +11,7 @@ mod log_writer;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;
+pub(crate) mod snapshot_decode;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state_machine;

@@ -130,7 +130,12 @@ impl StateMachineStore {
 }
 
 fn decode_snapshot(bytes: &[u8]) -> io::Result<SnapshotFormat> {
-    rmp_serde::from_slice(bytes).map_err(|e| {
+    // The workloads map on a thread of its own (see `snapshot_decode`).
+    super::snapshot_decode::decode_split(bytes, |f: &mut SnapshotFormat, w| {
+        let SnapshotFormat::V1(body) = f;
+        body.state.workloads = w;
+    })
+    .map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("snapshot data in an unknown or corrupt format: {e}"),
@@ -366,6 +371,61 @@ mod sum_tests {
         // Carried: taken as it is, not computed (a value no map of these two has shows it).
         assert_eq!(restored(&encode(Some(kept ^ 1))), Some(kept ^ 1));
         assert_eq!(restored(&encode(None)), Some(kept));
+    }
+}
+
+#[cfg(test)]
+mod split_decode_tests {
+    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
+
+    use super::*;
+    use crate::state::command::Command;
+
+    /// The two-thread decode gives the state the one-thread decode gives, it really splits
+    /// (the workloads map is found), and a body it cannot scan is refused as before.
+    #[test]
+    fn a_snapshot_decoded_on_two_threads_is_the_snapshot_decoded_on_one() {
+        let mut state = FederationState::default();
+        for i in 1..=50u64 {
+            let spec = WorkloadSpec::new(
+                "default",
+                WorkloadClass::Training,
+                vec![PodSet::new("p", 1, 1 + (i % 3) as u32, "H100")],
+            );
+            let mut w = Workload::new(format!("w{i}"), spec);
+            w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
+            let at = chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time");
+            state.apply(
+                i,
+                Command::SubmitWorkload {
+                    workload: Box::new(w),
+                    idempotency_key: format!("key-{i}"),
+                    at,
+                },
+            );
+        }
+        assert_eq!(state.workloads.len(), 50);
+        let membership = StoredMembership::default();
+        let bytes = rmp_serde::to_vec_named(&SnapshotFormatRef::V1(SnapshotBodyRef {
+            last_applied: &None,
+            membership: &membership,
+            state: &state,
+            workloads_sum: state.workloads.digest_sum(),
+        }))
+        .expect("encode");
+        let range = super::super::snapshot_decode::workloads_range(&bytes).expect("found");
+        assert!(range.len() > 50 * 100, "the map's bytes: {range:?}");
+        let whole: SnapshotFormat = rmp_serde::from_slice(&bytes).expect("one thread");
+        let SnapshotFormat::V1(whole) = whole;
+        let SnapshotFormat::V1(split) = decode_snapshot(&bytes).expect("two threads");
+        assert_eq!(split.state, whole.state);
+        assert_eq!(split.state, state);
+        assert_eq!(split.workloads_sum, state.workloads.digest_sum());
+        // Cut short, inside the map or after it: an error, never a partial state.
+        for cut in [range.start + 10, range.end + 3, bytes.len() - 1] {
+            let err = decode_snapshot(&bytes[..cut]).err().expect("refused");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "cut at {cut}");
+        }
     }
 }
 

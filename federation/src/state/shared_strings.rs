@@ -20,61 +20,93 @@ impl FederationState {
     /// not in the map it should come from keeps its own copy, so the state is equal before
     /// and after.
     pub fn share_strings(&mut self) {
-        // Hash lookups: a million of them in the ordered maps cost more than the decoding.
-        let names: HashMap<&str, &Arc<str>> =
-            self.workloads.keys().map(|k| (&**k, k.shared())).collect();
+        // Two threads: a million hash inserts and ordered-map updates per index take seconds,
+        // and a restarted node waits for them before it serves (see `raft::snapshot_decode`).
+        // First the two lookups, each from its own map; then the order and UID index on one
+        // thread while the idempotency records and their expiry are rebuilt on the other.
+        let Self {
+            workloads,
+            order,
+            uids,
+            idempotency,
+            idempotency_expiry,
+            ..
+        } = self;
+        let uid_keys: Vec<Arc<str>>;
+        let names: HashMap<&str, &Arc<str>>;
+        (names, uid_keys) = both(
+            || workloads.keys().map(|k| (&**k, k.shared())).collect(),
+            || uids.keys().cloned().collect(),
+        );
         let name = |n: &Arc<str>| names.get(&**n).map_or_else(|| n.clone(), |k| Arc::clone(k));
-        // The order and the UID index keep their keys: their values change in place, which
-        // allocates nothing (a decoded map is not shared, so no node is copied).
-        let seqs: Vec<u64> = self.order.keys().copied().collect();
-        for seq in seqs {
-            if let Some(n) = self.order.get_mut(&seq) {
-                *n = name(n);
-            }
-        }
-        let uid_keys: Vec<Arc<str>> = self.uids.keys().cloned().collect();
-        for u in &uid_keys {
-            if let Some(n) = self.uids.get_mut(&**u) {
-                *n = name(n);
-            }
-        }
         let uid_of: HashMap<&str, &Arc<str>> = uid_keys.iter().map(|k| (&**k, k)).collect();
         let uid = |u: &Arc<str>| {
             uid_of
                 .get(&**u)
                 .map_or_else(|| u.clone(), |k| Arc::clone(k))
         };
-        // A key that is its workload's UID becomes the UID index's string: a new key, so the
-        // records' map is rebuilt, and with it the expiry set that names the keys.
-        let mut keys: HashMap<&str, Arc<str>> = HashMap::with_capacity(self.idempotency.len());
-        let idempotency: imbl::OrdMap<Arc<str>, IdempotencyRecord> = self
-            .idempotency
-            .iter()
-            .map(|(k, r)| {
-                let rec_uid = r.uid.as_ref().map(uid);
-                let key = match &rec_uid {
-                    Some(u) if **u == **k => u.clone(),
-                    _ => k.clone(),
-                };
-                keys.insert(&**k, key.clone());
-                let rec = IdempotencyRecord {
-                    workload: name(&r.workload),
-                    at: r.at,
-                    uid: rec_uid,
-                    digest: r.digest,
-                };
-                (key, rec)
-            })
-            .collect();
-        let expiry = self
-            .idempotency_expiry
-            .iter()
-            .map(|(at, k)| (*at, keys.get(&**k).map_or_else(|| k.clone(), Arc::clone)))
-            .collect();
-        drop(keys);
-        self.idempotency = idempotency;
-        self.idempotency_expiry = expiry;
+        let ((), (records, expiry)) = both(
+            || {
+                // The order and the UID index keep their keys: their values change in place,
+                // which allocates nothing (a decoded map is not shared, so no node is copied).
+                let seqs: Vec<u64> = order.keys().copied().collect();
+                for seq in seqs {
+                    if let Some(n) = order.get_mut(&seq) {
+                        *n = name(n);
+                    }
+                }
+                for u in &uid_keys {
+                    if let Some(n) = uids.get_mut(&**u) {
+                        *n = name(n);
+                    }
+                }
+            },
+            || {
+                // A key that is its workload's UID becomes the UID index's string: a new key,
+                // so the records' map is rebuilt, and with it the expiry set that names the
+                // keys.
+                let mut keys: HashMap<&str, Arc<str>> = HashMap::with_capacity(idempotency.len());
+                let records: imbl::OrdMap<Arc<str>, IdempotencyRecord> = idempotency
+                    .iter()
+                    .map(|(k, r)| {
+                        let rec_uid = r.uid.as_ref().map(uid);
+                        let key = match &rec_uid {
+                            Some(u) if **u == **k => u.clone(),
+                            _ => k.clone(),
+                        };
+                        keys.insert(&**k, key.clone());
+                        let rec = IdempotencyRecord {
+                            workload: name(&r.workload),
+                            at: r.at,
+                            uid: rec_uid,
+                            digest: r.digest,
+                        };
+                        (key, rec)
+                    })
+                    .collect();
+                let expiry: imbl::OrdSet<_> = idempotency_expiry
+                    .iter()
+                    .map(|(at, k)| (*at, keys.get(&**k).map_or_else(|| k.clone(), Arc::clone)))
+                    .collect();
+                (records, expiry)
+            },
+        );
+        *idempotency = records;
+        *idempotency_expiry = expiry;
     }
+}
+
+/// Runs `a` on a scoped thread and `b` on this one, and answers both. (A panic in `a` goes on
+/// here, as it would have had `a` run on this thread.)
+fn both<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    std::thread::scope(|s| {
+        let a = s.spawn(a);
+        let b = b();
+        match a.join() {
+            Ok(a) => (a, b),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 #[cfg(test)]
