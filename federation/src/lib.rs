@@ -5,7 +5,8 @@
 //! (batching commands and forwarding every leader-only request), `raft` (log store, state
 //! machine, snapshots, transport) and `state` (the replicated data and its pure apply).
 //! `metrics` is the registry the layers record into; the server renders it. `hex` is the
-//! lowercase hex the stored digests use; `scale_mix` the workloads the scale bench submits.
+//! lowercase hex the stored digests use; `scale_mix` the workloads the scale bench submits; `two_threads` splits a
+//! restart's work over two threads.
 
 pub mod dispatcher;
 pub mod hex;
@@ -18,5 +19,6 @@ pub mod scale_mix;
 pub mod server;
 pub mod state;
 pub mod tls;
+mod two_threads;
 
 pub use node::{Node, NodeConfig, NodeError};

@@ -12,9 +12,10 @@
 //! finds where the workloads map begins and ends by reading only MessagePack headers (a
 //! string's or a binary's bytes are stepped over, never read), and the rest of the state is
 //! decoded from the same bytes with an empty map in the workloads' place, so each field is
-//! decoded by its own `Deserialize`, as strictly as before. Anything the scan does not expect
-//! (another layout, a truncated or corrupt body) falls back to decoding the whole body on one
-//! thread, which then reports the error it always did.
+//! decoded by its own `Deserialize`, as strictly as before (a body cut short after the map is
+//! refused by that decode). Anything the scan does not expect on its way to the map (another
+//! layout, a truncated or corrupt body) falls back to decoding the whole body on one thread,
+//! which then reports the error it always did.
 
 use std::io::Read;
 use std::ops::Range;
@@ -145,34 +146,35 @@ impl<'a> Scanner<'a> {
         Ok(&self.bytes[start..self.at])
     }
 
-    /// Within the map that starts here, the byte range of the value under `name`.
-    fn field(&mut self, name: &'static str) -> Result<Range<usize>, ScanError> {
+    /// Within the map that starts here, moves to the start of the value under `name`,
+    /// stepping over only the values before it.
+    fn enter(&mut self, name: &'static str) -> Result<(), ScanError> {
         for _ in 0..self.map_len()? {
-            let key = self.key()?;
-            let start = self.at;
-            self.skip_value()?;
-            if key == name.as_bytes() {
-                return Ok(start..self.at);
+            if self.key()? == name.as_bytes() {
+                return Ok(());
             }
+            self.skip_value()?;
         }
         Err(ScanError::Missing(name))
+    }
+
+    /// Within the map that starts here, the byte range of the value under `name`.
+    fn field(&mut self, name: &'static str) -> Result<Range<usize>, ScanError> {
+        self.enter(name)?;
+        let start = self.at;
+        self.skip_value()?;
+        Ok(start..self.at)
     }
 }
 
 /// Where the workloads map lies in a snapshot's state part: `{"v1": {.., "state": {..,
 /// "workloads": <here>, ..}, ..}}`.
 pub(crate) fn workloads_range(bytes: &[u8]) -> Result<Range<usize>, ScanError> {
+    // Only the values before each key on the way are stepped over, and the workloads map
+    // itself once, to find its end.
     let mut s = Scanner { bytes, at: 0 };
-    let body = s.field("v1")?;
-    let mut s = Scanner {
-        bytes,
-        at: body.start,
-    };
-    let state = s.field("state")?;
-    let mut s = Scanner {
-        bytes,
-        at: state.start,
-    };
+    s.enter("v1")?;
+    s.enter("state")?;
     s.field("workloads")
 }
 
@@ -198,24 +200,19 @@ pub(crate) fn decode_split<T: serde::de::DeserializeOwned>(
         &bytes[range.clone()],
         &bytes[range.end..],
     );
-    std::thread::scope(|s| {
-        let map = std::thread::Builder::new()
-            .name("snapshot-decode".into())
-            .spawn_scoped(s, || rmp_serde::from_slice::<Workloads>(workloads));
-        let rest = rmp_serde::from_read::<_, T>(before.chain(&EMPTY_MAP[..]).chain(after));
-        let map = match map {
-            Ok(h) => h.join().unwrap_or_else(|_| {
-                Err(rmp_serde::decode::Error::Uncategorized(
-                    "the thread decoding the workloads panicked".into(),
-                ))
-            }),
-            // No thread to be had: decode the map here.
-            Err(_) => rmp_serde::from_slice::<Workloads>(workloads),
-        };
-        let mut rest = rest?;
-        set(&mut rest, map?);
-        Ok(rest)
-    })
+    let (map, rest) = crate::two_threads::both(
+        "snapshot-decode",
+        || rmp_serde::from_slice::<Workloads>(workloads),
+        || rmp_serde::from_read::<_, T>(before.chain(&EMPTY_MAP[..]).chain(after)),
+    );
+    let map = map.unwrap_or_else(|_| {
+        Err(rmp_serde::decode::Error::Uncategorized(
+            "the thread decoding the workloads panicked".into(),
+        ))
+    });
+    let mut rest = rest?;
+    set(&mut rest, map?);
+    Ok(rest)
 }
 
 #[cfg(test)]

@@ -22,8 +22,9 @@ impl FederationState {
     pub fn share_strings(&mut self) {
         // Two threads: a million hash inserts and ordered-map updates per index take seconds,
         // and a restarted node waits for them before it serves (see `raft::snapshot_decode`).
-        // First the two lookups, each from its own map; then the order and UID index on one
-        // thread while the idempotency records and their expiry are rebuilt on the other.
+        // First the two lookups, each from its own map; then the order and UID index are
+        // updated on one thread while the idempotency records and their expiry are rebuilt on
+        // this one (whose heap keeps them).
         let Self {
             workloads,
             order,
@@ -32,12 +33,14 @@ impl FederationState {
             idempotency_expiry,
             ..
         } = self;
-        let uid_keys: Vec<Arc<str>>;
-        let names: HashMap<&str, &Arc<str>>;
-        (names, uid_keys) = both(
-            || workloads.keys().map(|k| (&**k, k.shared())).collect(),
-            || uids.keys().cloned().collect(),
+        let (names, uid_keys) = crate::two_threads::both(
+            "share-strings",
+            || -> HashMap<&str, &Arc<str>> {
+                workloads.keys().map(|k| (&**k, k.shared())).collect()
+            },
+            || -> Vec<Arc<str>> { uids.keys().cloned().collect() },
         );
+        let names = names.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let name = |n: &Arc<str>| names.get(&**n).map_or_else(|| n.clone(), |k| Arc::clone(k));
         let uid_of: HashMap<&str, &Arc<str>> = uid_keys.iter().map(|k| (&**k, k)).collect();
         let uid = |u: &Arc<str>| {
@@ -45,7 +48,8 @@ impl FederationState {
                 .get(&**u)
                 .map_or_else(|| u.clone(), |k| Arc::clone(k))
         };
-        let ((), (records, expiry)) = both(
+        let (updated, (records, expiry)) = crate::two_threads::both(
+            "share-strings",
             || {
                 // The order and the UID index keep their keys: their values change in place,
                 // which allocates nothing (a decoded map is not shared, so no node is copied).
@@ -91,22 +95,10 @@ impl FederationState {
                 (records, expiry)
             },
         );
+        updated.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         *idempotency = records;
         *idempotency_expiry = expiry;
     }
-}
-
-/// Runs `a` on a scoped thread and `b` on this one, and answers both. (A panic in `a` goes on
-/// here, as it would have had `a` run on this thread.)
-fn both<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
-    std::thread::scope(|s| {
-        let a = s.spawn(a);
-        let b = b();
-        match a.join() {
-            Ok(a) => (a, b),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
 }
 
 #[cfg(test)]
