@@ -57,6 +57,7 @@ pub mod measure {
             workload: Box::new(w),
             idempotency_key: uid,
             at: t(i as i64 / 1000),
+            digest: None,
         }
     }
 

@@ -109,6 +109,7 @@ impl Run {
             workload: Box::new(w),
             idempotency_key: format!("key-{i}"),
             at: now,
+            digest: None,
         });
         self.apply(Command::Assign {
             workload: name.into(),

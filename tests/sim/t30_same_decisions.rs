@@ -162,6 +162,7 @@ fn simulator_and_live_leader_decide_alike() {
                 workload: Box::new(p.workload.clone()),
                 idempotency_key: p.workload.metadata.name.clone(),
                 at: p.submitted_at,
+                digest: None,
             },
         );
     }

@@ -55,6 +55,7 @@ fn submit(s: &mut FederationState, index: u64, name: &str, uid: &str, at: DateTi
             workload: Box::new(w),
             idempotency_key: name.into(),
             at,
+            digest: None,
         },
     );
 }

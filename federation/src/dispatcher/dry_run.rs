@@ -257,6 +257,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: "k".into(),
                 at: t(2),
+                digest: None,
             },
         );
         s

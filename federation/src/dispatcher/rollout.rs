@@ -193,6 +193,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: "k".into(),
                 at: t(0),
+                digest: None,
             },
         );
         assert_eq!(check(&s, t(100)), None, "no rollout, nothing to watch");

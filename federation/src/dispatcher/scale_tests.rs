@@ -96,6 +96,7 @@ fn submit(i: u64) -> Command {
         workload: Box::new(workload(i)),
         idempotency_key: format!("k-{i}"),
         at: t(1),
+        digest: None,
     }
 }
 

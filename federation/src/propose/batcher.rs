@@ -70,7 +70,7 @@ async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, 
         let forwarder = forwarder.clone();
         tokio::spawn(async move {
             let (cmds, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-            let outcome = commit(&raft, &forwarder, cmds).await;
+            let outcome = commit(&raft, &forwarder, Arc::new(cmds)).await;
             match outcome {
                 Ok(results) => {
                     for (reply, res) in replies.into_iter().zip(results) {
@@ -126,10 +126,14 @@ async fn until_new_leader(raft: &Raft, tried: Option<NodeId>, pause: Duration) {
 
 /// Commits a batch locally when this node leads, or forwards it to the leader. Retrying is safe:
 /// every submission carries an idempotency key, so a batch applied twice answers twice alike.
+///
+/// The batch is shared, not copied, between attempts: the entry holds the same commands
+/// (`Request` shares them), and a copy per attempt cloned every workload of every batch on
+/// its way to the log, a retry or not.
 async fn commit(
     raft: &Raft,
     forwarder: &Forwarder,
-    cmds: Vec<Command>,
+    cmds: Arc<Vec<Command>>,
 ) -> Result<Vec<CommandResult>, ProposeError> {
     let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
     let mut pause = MIN_PAUSE;
@@ -140,7 +144,7 @@ async fn commit(
             Err(e) => Err(e),
             Ok(Some(leader)) => forwarder.propose(leader, &cmds).await,
             // A leader cut off from its quorum never commits: bound each attempt.
-            Ok(None) => tokio::time::timeout(remaining, commit_local(raft, cmds.clone()))
+            Ok(None) => tokio::time::timeout(remaining, commit_local(raft, Arc::clone(&cmds)))
                 .await
                 .unwrap_or_else(|_| {
                     Err(ProposeError::Unavailable(
@@ -161,10 +165,10 @@ async fn commit(
 
 pub async fn commit_local(
     raft: &Raft,
-    cmds: Vec<Command>,
+    cmds: Arc<Vec<Command>>,
 ) -> Result<Vec<CommandResult>, ProposeError> {
     let n = cmds.len();
-    match raft.client_write(Request::new(cmds)).await {
+    match raft.client_write(Request { commands: cmds }).await {
         Ok(resp) => {
             let results = resp.data.results;
             if results.len() != n {

@@ -322,6 +322,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: format!("k-{i}"),
                 at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+                digest: None,
             };
             entries.push(Entry::new_normal(log_id(11 + i), Request::new(vec![cmd])));
         }

@@ -232,26 +232,26 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
         while let Some((entry, responder)) = entries.try_next().await? {
+            // The commands are shared with the log's tail, so taking them copies them: done
+            // before the lock, so that readers do not wait for the copy.
+            let (commands, membership) = match entry.payload {
+                EntryPayload::Blank => (Vec::new(), None),
+                EntryPayload::Normal(req) => (req.into_commands(), None),
+                EntryPayload::Membership(m) => (Vec::new(), Some(m)),
+            };
             let response = {
                 let mut d = self.data.write().map_err(io_err)?;
                 let held = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
                 d.last_applied = Some(entry.log_id);
-                let response = match entry.payload {
-                    EntryPayload::Blank => Response::default(),
-                    EntryPayload::Normal(req) => {
-                        let index = entry.log_id.index();
-                        let results = req
-                            .into_commands()
-                            .into_iter()
-                            .map(|c| d.state.apply(index, c))
-                            .collect();
-                        Response { results }
-                    }
-                    EntryPayload::Membership(m) => {
-                        d.membership = StoredMembership::new(Some(entry.log_id), m);
-                        Response::default()
-                    }
-                };
+                let index = entry.log_id.index();
+                let results = commands
+                    .into_iter()
+                    .map(|c| d.state.apply(index, c))
+                    .collect();
+                if let Some(m) = membership {
+                    d.membership = StoredMembership::new(Some(entry.log_id), m);
+                }
+                let response = Response { results };
                 drop(d);
                 if let Some(h) = &self.apply_lock_held {
                     h.observe(held.elapsed().as_secs_f64());
@@ -401,6 +401,7 @@ mod split_decode_tests {
                     workload: Box::new(w),
                     idempotency_key: format!("key-{i}"),
                     at,
+                    digest: None,
                 },
             );
         }

@@ -49,7 +49,7 @@ pub async fn propose(State(st): State<AppState>, body: Bytes) -> Response {
     if !st.raft.is_leader() {
         return reply::<()>(&Forwarded::NotLeader);
     }
-    outcome(commit_local(&st.raft, cmds).await)
+    outcome(commit_local(&st.raft, std::sync::Arc::new(cmds)).await)
 }
 
 pub async fn read_index(State(st): State<AppState>) -> Response {

@@ -145,9 +145,11 @@ async fn submit_checked(
         q.apply_time_limits(&mut w.spec)
             .map_err(|e| ApiError::Invalid(vec![e]))?;
     }
+    // Taken once, here: it travels in the command, so the nodes that apply it need not.
+    let digest = crate::state::idempotency::submission_digest(&w);
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
     let pre = st.read(|d| {
-        match d.state.replay(&key, &w) {
+        match d.state.replay(&key, || digest) {
             Some(Ok(existing)) => return Ok(Some(existing.clone())),
             Some(Err(rejection)) => return Err(ApiError::from(rejection)),
             None => {}
@@ -178,6 +180,7 @@ async fn submit_checked(
             workload: Box::new(w),
             idempotency_key: key,
             at: st.clock.now(),
+            digest: Some(digest),
         },
     );
     let result = st.proposer.propose(cmd).await;

@@ -119,6 +119,7 @@ pub(crate) fn command(s: &FederationState, op: &Op, index: u64) -> Option<Comman
                 workload: Box::new(wl),
                 idempotency_key: format!("k{index}"),
                 at,
+                digest: None,
             }
         }
         Op::Assign(w, c) => Command::Assign {

@@ -81,14 +81,75 @@ impl std::fmt::Display for Request {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "op", rename_all = "camelCase")]
+/// Declares [`Command`] and `Wire`, its externally tagged twin that only decodes, from one
+/// list of variants, so that the two cannot drift apart (see `command_decode`).
+macro_rules! commands {
+    (
+        $(#[$meta:meta])*
+        pub enum Command {
+            $(
+                $(#[$vattr:meta])*
+                $variant:ident {
+                    $( $(#[$fattr:meta])* $field:ident : $ty:ty ),* $(,)?
+                }
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Serialize, PartialEq)]
+        #[serde(tag = "op", rename_all = "camelCase")]
+        pub enum Command {
+            $( $(#[$vattr])* $variant { $( $(#[$fattr])* $field: $ty ),* } ),*
+        }
+
+        /// What follows a command's tag, decoded by the variant the tag names.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        enum Wire {
+            $( $(#[$vattr])* $variant { $( $(#[$fattr])* $field: $ty ),* } ),*
+        }
+
+        impl From<Wire> for Command {
+            fn from(w: Wire) -> Self {
+                match w {
+                    $( Wire::$variant { $($field),* } => Command::$variant { $($field),* } ),*
+                }
+            }
+        }
+
+        /// serde's own decoder of the tagged form, which buffers the map first: what
+        /// commands were decoded with before `command_decode`, kept to compare against.
+        #[cfg(test)]
+        #[derive(Deserialize)]
+        #[serde(tag = "op", rename_all = "camelCase")]
+        enum Buffered {
+            $( $variant { $( $(#[$fattr])* $field: $ty ),* } ),*
+        }
+
+        #[cfg(test)]
+        impl From<Buffered> for Command {
+            fn from(w: Buffered) -> Self {
+                match w {
+                    $( Buffered::$variant { $($field),* } => Command::$variant { $($field),* } ),*
+                }
+            }
+        }
+    };
+}
+
+commands! {
 pub enum Command {
     /// Accept a workload. `workload` is already validated, named, and stamped with a UID.
     SubmitWorkload {
         workload: Box<Workload>,
         idempotency_key: String,
         at: DateTime<Utc>,
+        /// The submission's idempotency digest (`state::idempotency`), taken once by the node
+        /// that took the submission, so that the nodes applying it need not hash the workload
+        /// again. Absent in entries of earlier releases, and where a test leaves it out: apply
+        /// then takes it itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<super::idempotency::SubmissionDigest>,
     },
     /// Create or replace a queue.
     PutQueue {
@@ -263,6 +324,17 @@ pub enum Command {
         checkpoints: Vec<tideway_api::agent::ReportedCheckpoint>,
     },
 }
+}
+
+/// Decoded tag first, without serde's buffering of the whole map (see `command_decode`).
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(super::command_decode::TaggedVisitor::<Wire>(
+            std::marker::PhantomData,
+        ))
+        .map(Command::from)
+    }
+}
 
 impl Command {
     /// `cmd` on behalf of `actor`, when there is one (an authenticated request).
@@ -365,5 +437,167 @@ mod tests {
         let mut out = bytes.to_vec();
         out[at + 2] = b'2';
         out
+    }
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).expect("a time")
+    }
+
+    /// Commands of many kinds, some with their optional fields set and some without.
+    fn samples() -> Vec<Command> {
+        use tideway_api::{PodSet, WorkloadClass, WorkloadSpec};
+        let mut w = Workload::new(
+            "llama-ft-1",
+            WorkloadSpec::new(
+                "default",
+                WorkloadClass::Training,
+                vec![PodSet::new("worker", 2, 8, "H100")],
+            ),
+        );
+        w.metadata.labels.insert("team".into(), "nlp".into());
+        w.metadata.uid = Some("u-1".into());
+        let submit = Command::SubmitWorkload {
+            digest: Some(super::super::idempotency::submission_digest(&w)),
+            workload: Box::new(w.clone()),
+            idempotency_key: "k-1".into(),
+            at: at(1),
+        };
+        vec![
+            submit.clone(),
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: "k-2".into(),
+                at: at(2),
+                digest: None,
+            },
+            Command::As {
+                actor: "alice".into(),
+                command: Box::new(submit),
+            },
+            Command::As {
+                actor: "ops".into(),
+                command: Box::new(Command::As {
+                    actor: "nested".into(),
+                    command: Box::new(Command::CancelWorkload {
+                        id: "llama-ft-1".into(),
+                        at: at(3),
+                    }),
+                }),
+            },
+            Command::ReportStatus {
+                cluster: "c1".into(),
+                statuses: vec![],
+            },
+            Command::MemberHealth {
+                name: "c1".into(),
+                phase: tideway_api::MemberPhase::NotReady,
+                message: Some("heartbeats stopped".into()),
+                at: at(4),
+                flaps: None,
+            },
+            Command::SetMemberIntent {
+                name: "c1".into(),
+                intent: super::super::members::MemberIntent::Draining,
+                at: at(5),
+            },
+            Command::RecoverWorkloads {
+                cluster: "c1".into(),
+                uids: vec!["u-1".into(), "u-2".into()],
+                at: at(6),
+                epoch: Some(3),
+            },
+            Command::TidalTransition {
+                schedule: "day-night".into(),
+                from: Some("day".into()),
+                to: None,
+                boundary: at(7),
+                at: at(8),
+            },
+            Command::RollbackPolicy {
+                to: None,
+                only_candidate: Some(4),
+                applied_by: None,
+                message: Some("p99 over its bound".into()),
+                at: at(9),
+            },
+            Command::CompactWorkloads {
+                names: vec!["a".into(), "b".into()],
+                before: at(10),
+                at: at(11),
+            },
+            Command::WebhookFailed {
+                name: "hook".into(),
+                seq: 17,
+                error: "503".into(),
+                at: at(12),
+            },
+            Command::CompactAudit {
+                before_seq: 99,
+                at: at(13),
+            },
+            Command::EndQuarantine {
+                name: "c2".into(),
+                at: at(14),
+            },
+        ]
+    }
+
+    #[test]
+    fn commands_decode_tag_first_as_serdes_buffering_decoder_did() {
+        for cmd in samples() {
+            let bytes = rmp_serde::to_vec_named(&cmd).expect("encode");
+            let back: Command = rmp_serde::from_slice(&bytes).expect("decode");
+            assert_eq!(back, cmd);
+            let buffered: Buffered = rmp_serde::from_slice(&bytes).expect("buffered decode");
+            assert_eq!(Command::from(buffered), cmd);
+            let json = serde_json::to_vec(&cmd).expect("json");
+            let back: Command = serde_json::from_slice(&json).expect("decode json");
+            assert_eq!(back, cmd);
+        }
+        // A whole entry, as the log and the append RPCs carry it.
+        let req = Request::new(samples());
+        let bytes = rmp_serde::to_vec_named(&req).expect("encode");
+        let back: Request = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn a_command_missing_a_default_field_decodes_and_a_bad_one_is_refused_by_name() {
+        // Entries written before `epoch` and `flaps` existed.
+        let old: Command = serde_json::from_str(
+            r#"{"op":"recoverWorkloads","cluster":"c1","uids":["u-1"],"at":"2027-01-15T08:00:00Z"}"#,
+        )
+        .expect("an entry of an earlier release");
+        assert!(matches!(old, Command::RecoverWorkloads { epoch: None, .. }));
+        let refused = |text: &str| {
+            serde_json::from_str::<Command>(text)
+                .expect_err(text)
+                .to_string()
+        };
+        let e = refused(r#"{"op":"removeMember","at":"2027-01-15T08:00:00Z"}"#);
+        assert!(e.contains("missing field `name`"), "{e}");
+        let e = refused(r#"{"op":"launchRockets","at":"2027-01-15T08:00:00Z"}"#);
+        assert!(e.contains("unknown variant `launchRockets`"), "{e}");
+        let e = refused(r#"{"name":"c1","op":"removeMember","at":"2027-01-15T08:00:00Z"}"#);
+        assert!(e.contains("first field must be `op`"), "{e}");
+        let e = refused(r#"{}"#);
+        assert!(e.contains("missing field `op`"), "{e}");
+        let e = refused(r#"["removeMember","c1"]"#);
+        assert!(e.contains("a map whose first key is `op`"), "{e}");
+        let e = refused(r#"{"op":"compactAudit","before_seq":"many","at":"2027-01-15T08:00:00Z"}"#);
+        assert!(e.contains("invalid type"), "{e}");
+        // The same refusals from MessagePack, as the log holds it.
+        let mut bytes = rmp_serde::to_vec_named(&Command::EndQuarantine {
+            name: "c2".into(),
+            at: at(1),
+        })
+        .expect("encode");
+        let tag = bytes
+            .windows(3)
+            .position(|w| w == [0xa2, b'o', b'p'])
+            .expect("the tag");
+        bytes[tag + 1] = b'x';
+        let e = rmp_serde::from_slice::<Command>(&bytes).expect_err("no tag");
+        assert!(e.to_string().contains("first field must be `op`"), "{e}");
     }
 }

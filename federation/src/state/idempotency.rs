@@ -2,9 +2,11 @@
 //! as the client wrote it (name, labels, annotations, spec), without what the server stamps
 //! (UID, status, versions, times).
 //!
-//! Apply computes it from the workload the command carries, so every node gets the same
-//! digest from the same log without the command carrying a new field; a retry sent as YAML
-//! instead of JSON is still the same submission.
+//! The node that takes a submission computes it once and the command carries it
+//! (`Command::SubmitWorkload::digest`), so every node records the same digest from the same
+//! log without hashing the workload again; apply computes it for an entry that lacks it (one
+//! written by an earlier release). A retry sent as YAML instead of JSON is still the same
+//! submission.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -58,8 +60,8 @@ impl<'de> Deserialize<'de> for SubmissionDigest {
 
 /// SHA-256 of the workload's client-written content: its JSON without the server's stamps.
 ///
-/// Every node computes it in apply for every submission, so the JSON is written from a
-/// borrowed view straight into the hash: no copy of the workload, no buffer. The bytes
+/// Computed for every submission (once, by the node that takes it), so the JSON is written
+/// from a borrowed view straight into the hash: no copy of the workload, no buffer. The bytes
 /// hashed are those of the workload with its stamps cleared (a test holds both equal), the
 /// form the records of earlier versions were made from.
 pub fn submission_digest(w: &Workload) -> SubmissionDigest {
@@ -260,6 +262,7 @@ mod tests {
                     workload: Box::new(w),
                     idempotency_key: "k".into(),
                     at,
+                    digest: None,
                 },
             )
         };
@@ -300,6 +303,7 @@ mod tests {
             workload: Box::new(sub),
             idempotency_key: "0b6c2f3e-6f0e-4d7e-9a55-3f6f1f6f2a11".into(),
             at: at(),
+            digest: None,
         };
         let replay = cmd.clone();
         assert!(matches!(s.apply(1, cmd), CommandResult::Created { .. }));
@@ -312,5 +316,51 @@ mod tests {
         // The server's own retry of the same command is a replay, not a conflict.
         assert!(matches!(s.apply(2, replay), CommandResult::Existing { .. }));
         assert_eq!(s.workloads.len(), 1);
+    }
+
+    #[test]
+    fn a_carried_digest_is_recorded_and_an_entry_without_one_records_the_same() {
+        use crate::state::FederationState;
+        use crate::state::command::{Command, CommandResult, Request};
+
+        let submit = |digest: Option<SubmissionDigest>| Command::SubmitWorkload {
+            workload: Box::new(w(1)),
+            idempotency_key: "k".into(),
+            at: at(),
+            digest,
+        };
+        let carried = submit(Some(submission_digest(&w(1))));
+        // On the wire and in the log: the field travels when present, and an entry of an
+        // earlier release (no field) decodes to none.
+        let bytes = rmp_serde::to_vec_named(&Request::new(vec![carried.clone()])).expect("encode");
+        let back: Request = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(back.commands[0], carried);
+        let earlier = rmp_serde::to_vec_named(&Request::new(vec![submit(None)])).expect("encode");
+        assert!(
+            earlier.len() < bytes.len(),
+            "no field when there is no digest"
+        );
+        let back: Request = rmp_serde::from_slice(&earlier).expect("decode");
+        assert_eq!(back.commands[0], submit(None));
+
+        let record = |cmd: Command| {
+            let mut s = FederationState::default();
+            assert!(matches!(s.apply(1, cmd), CommandResult::Created { .. }));
+            let digest = s.idempotency.get("k").and_then(|r| r.digest);
+            // Other content under the same key is still refused, whichever way it came.
+            let mut other = w(2);
+            other.metadata.name = "w".into();
+            let again = Command::SubmitWorkload {
+                workload: Box::new(other),
+                idempotency_key: "k".into(),
+                at: at(),
+                digest: None,
+            };
+            assert!(matches!(s.apply(2, again), CommandResult::Rejected { .. }));
+            digest
+        };
+        let with = record(carried);
+        assert_eq!(with, Some(submission_digest(&w(1))));
+        assert_eq!(record(submit(None)), with);
     }
 }

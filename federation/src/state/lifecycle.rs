@@ -196,6 +196,7 @@ mod tests {
                 workload: Box::new(workload(name)),
                 idempotency_key: key.into(),
                 at: t(index as i64),
+                digest: None,
             },
         )
     }
@@ -454,6 +455,7 @@ mod tests {
                 workload: Box::new(again),
                 idempotency_key: "k3".into(),
                 at: t(6),
+                digest: None,
             },
         );
         assert!(matches!(res, CommandResult::Created { .. }), "{res:?}");

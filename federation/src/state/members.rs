@@ -857,6 +857,7 @@ pub(crate) mod tests {
                 workload: Box::new(w),
                 idempotency_key: "k".into(),
                 at: t(1),
+                digest: None,
             },
         );
         s.apply(

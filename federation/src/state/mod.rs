@@ -11,6 +11,7 @@ pub mod audit;
 pub mod bootstrap;
 pub mod checkpoints;
 pub mod command;
+mod command_decode;
 pub mod digest_hash;
 pub mod idempotency;
 pub mod lifecycle;
@@ -243,16 +244,20 @@ impl FederationState {
     /// What a submission of `w` under `key` answers without creating anything: the workload
     /// the key created before (a replay), or a refusal if the key was used for other content.
     /// `None`: the key is new (or forgotten), go on and create.
-    pub fn replay(&self, key: &str, w: &Workload) -> Option<Result<&Workload, Rejection>> {
+    /// `digest` is the submission's ([`idempotency::submission_digest`]), asked for only when
+    /// the key has a record to compare it with.
+    pub fn replay(
+        &self,
+        key: &str,
+        digest: impl FnOnce() -> idempotency::SubmissionDigest,
+    ) -> Option<Result<&Workload, Rejection>> {
         let rec = self.idempotency.get(key)?;
         let existing = self.by_idempotency_key(key)?;
         match &rec.digest {
-            Some(d) if *d != idempotency::submission_digest(w) => {
-                Some(Err(Rejection::IdempotencyKeyReused {
-                    key: key.to_string(),
-                    workload: existing.metadata.name.clone(),
-                }))
-            }
+            Some(d) if *d != digest() => Some(Err(Rejection::IdempotencyKeyReused {
+                key: key.to_string(),
+                workload: existing.metadata.name.clone(),
+            })),
             _ => Some(Ok(existing)),
         }
     }
@@ -274,7 +279,8 @@ impl FederationState {
                 workload,
                 idempotency_key,
                 at,
-            } => self.submit(index, *workload, idempotency_key, at),
+                digest,
+            } => self.submit(index, *workload, idempotency_key, at, digest),
             Command::PutQueue { queue, at } => {
                 self.tick(at);
                 self.put_policy_object(policy::PolicyObject::Queue(queue), at, index)
@@ -482,9 +488,17 @@ impl FederationState {
         mut w: Workload,
         key: String,
         at: DateTime<Utc>,
+        digest: Option<idempotency::SubmissionDigest>,
     ) -> CommandResult {
         self.tick(at);
-        match self.replay(&key, &w) {
+        // The digest the proposing node took, or (an entry without one) taken here. Taken
+        // from the same workload either way; tests and debug builds check that.
+        debug_assert!(
+            digest.is_none_or(|d| d == idempotency::submission_digest(&w)),
+            "a submission carried a digest that is not its workload's"
+        );
+        let digest = digest.unwrap_or_else(|| idempotency::submission_digest(&w));
+        match self.replay(&key, || digest) {
             Some(Ok(existing)) => {
                 return CommandResult::Existing {
                     object: StoredObject::Workload(Arc::new(existing.clone())),
@@ -531,7 +545,7 @@ impl FederationState {
                 workload: name.clone(),
                 at,
                 uid,
-                digest: Some(idempotency::submission_digest(&w)),
+                digest: Some(digest),
             },
         );
         let w = Arc::new(w);

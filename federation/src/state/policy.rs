@@ -795,6 +795,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: "k".into(),
                 at: t(1),
+                digest: None,
             },
         );
         let before = s.clone();

@@ -367,6 +367,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: "kb".into(),
                 at: t(5),
+                digest: None,
             },
         );
         s.apply(5, preempt(t(10)));
@@ -410,6 +411,7 @@ mod tests {
                     workload: Box::new(Workload::new(name, spec)),
                     idempotency_key: format!("k{name}"),
                     at: t(6),
+                    digest: None,
                 },
             );
         }

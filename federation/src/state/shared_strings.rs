@@ -128,6 +128,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: key.map_or(uid, str::to_string),
                 at,
+                digest: None,
             },
         );
     }

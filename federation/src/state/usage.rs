@@ -413,6 +413,7 @@ mod tests {
                 workload: Box::new(w),
                 idempotency_key: name.into(),
                 at: t(start - 1),
+                digest: None,
             });
             self.apply(Command::Assign {
                 workload: name.into(),
