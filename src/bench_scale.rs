@@ -217,6 +217,33 @@ fn histogram_mean(text: &str, name: &str) -> Option<(f64, f64)> {
 /// Percentiles of a Prometheus histogram in a text exposition, in seconds, interpolated
 /// linearly inside the bucket they fall in (the buckets double, so a figure is good to
 /// within its bucket); `None` without observations.
+/// A long hold of the state lock by the cycle, as the leader logged it.
+#[derive(Debug, PartialEq)]
+struct LongHold {
+    held_us: u64,
+    /// Involuntary context switches of its thread while it held the lock (absent where the
+    /// leader could not count them).
+    preempted: Option<u64>,
+}
+
+/// The leader's `the cycle held the state lock long` lines.
+fn long_holds(log: &str) -> Vec<LongHold> {
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+    };
+    log.lines()
+        .filter(|l| l.contains("the cycle held the state lock long"))
+        .filter_map(|l| {
+            Some(LongHold {
+                held_us: field(l, "held_us")?,
+                preempted: field(l, "preempted"),
+            })
+        })
+        .collect()
+}
+
 fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
     let mut buckets: Vec<(f64, f64)> = text
         .lines()
@@ -439,6 +466,27 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         print_histogram(&label, name, &metrics, Some((&before, "last 30 s")));
         print_histogram(&label, name, &metrics, None);
     }
+    // The leader logs each hold of 0.5 ms or more, and whether its thread was preempted.
+    let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
+    let long = long_holds(&log);
+    println!(
+        "  cycle lock holds of 0.5 ms or more: {}, of them preempted while held: {}; longest {}",
+        long.len(),
+        long.iter()
+            .filter(|h| h.preempted.is_some_and(|n| n > 0))
+            .count(),
+        long.iter()
+            .map(|h| h.held_us)
+            .max()
+            .map_or("-".into(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
+    );
+    for line in log
+        .lines()
+        .filter(|l| l.contains("the cycle held the state lock long"))
+        .take(10)
+    {
+        println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
+    }
     print_gauge(
         &metrics,
         "tideway_workloads",
@@ -583,5 +631,36 @@ fn print_gauge(text: &str, name: &str, what: &str) {
         .collect();
     if !series.is_empty() {
         println!("  {what}: {}", series.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_holds_are_read_from_the_leaders_log_lines() {
+        let log = "\
+2026-12-06T06:21:34.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=1043 names_us=3 clone_us=1030 preempted=1
+2026-12-06T06:21:35.285083Z  INFO tideway_federation::raft::state_machine: snapshot written index=20041
+2026-12-06T06:21:36.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=612 names_us=2 clone_us=600 preempted=0
+2026-12-06T06:21:37.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=700 names_us=2 clone_us=690";
+        assert_eq!(
+            long_holds(log),
+            vec![
+                LongHold {
+                    held_us: 1043,
+                    preempted: Some(1)
+                },
+                LongHold {
+                    held_us: 612,
+                    preempted: Some(0)
+                },
+                LongHold {
+                    held_us: 700,
+                    preempted: None
+                },
+            ]
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod raft;
 pub mod scale_mix;
 pub mod server;
 pub mod state;
+pub mod thread_stats;
 pub mod tls;
 mod two_threads;
 

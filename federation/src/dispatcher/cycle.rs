@@ -461,6 +461,10 @@ pub(crate) fn may_decide(
         .is_some_and(|l| l.committed_leader_id().term() == current_term && l.index() >= barrier)
 }
 
+/// A hold of the state lock by the cycle that is logged, with whether its thread was
+/// preempted meanwhile: half the 1 ms bound apply may be held off for.
+const LONG_HOLD: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// Runs a cycle every `cycle_interval` on the leader.
 pub async fn schedule_loop(
     raft: Raft,
@@ -502,6 +506,7 @@ pub async fn schedule_loop(
             let Ok(d) = data.read() else { continue };
             // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
             let locked = clock.instant();
+            let switches = crate::thread_stats::involuntary_switches();
             // Without a Ready member nothing can be placed or preempted: skip the cycle
             // rather than copy the whole backlog to learn that.
             let any_ready = d.state.members.values().any(|m| {
@@ -523,6 +528,19 @@ pub async fn schedule_loop(
             let cloned = clock.instant();
             drop(d);
             let held = clock.instant().saturating_duration_since(locked);
+            if held >= LONG_HOLD {
+                // Slow work, or the thread taken off its core while it held the lock.
+                let preempted = crate::thread_stats::involuntary_switches()
+                    .zip(switches)
+                    .map(|(after, before)| after.saturating_sub(before));
+                tracing::info!(
+                    held_us = held.as_micros() as u64,
+                    names_us = named.saturating_duration_since(locked).as_micros() as u64,
+                    clone_us = cloned.saturating_duration_since(named).as_micros() as u64,
+                    preempted,
+                    "the cycle held the state lock long"
+                );
+            }
             let copied = backlog.apply(&copy, changes);
             tracing::debug!(
                 held_us = held.as_micros() as u64,
