@@ -461,6 +461,10 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         ("core", "scheduler_cycle_seconds"),
         ("whole cycle", "scheduler_cycle_wall_seconds"),
         ("lock held", "scheduler_cycle_lock_held_seconds"),
+        (
+            "copy made by apply",
+            "scheduler_cycle_copy_by_apply_seconds",
+        ),
     ] {
         let label = format!("cycle {label}");
         print_histogram(&label, name, &metrics, Some((&before, "last 30 s")));

@@ -176,6 +176,7 @@ impl Node {
         let plane_for_watch = plane.clone();
         let log_stats = log.stats();
         let data = sm.data();
+        let copy_slot = sm.copy_slot();
         let snapshot_bytes = sm.snapshot_bytes();
         let kept_log = log.clone();
         let raft = Raft::new(cfg.id, Arc::new(raft_config), network, log, sm)
@@ -235,7 +236,10 @@ impl Node {
             )),
             tokio::spawn(crate::dispatcher::cycle::schedule_loop(
                 raft.clone(),
-                state.data.clone(),
+                crate::dispatcher::cycle::StateSource {
+                    data: state.data.clone(),
+                    copy_slot,
+                },
                 state.proposer.clone(),
                 state.liveness.clone(),
                 cfg.dispatch.clone(),

@@ -82,8 +82,19 @@ impl Backlog {
     /// only part of a refresh that needs the state itself rather than a copy of it, so the
     /// leader takes this and an O(1) copy of the state under the lock, and applies them after.
     pub fn changes(&self, state: &FederationState) -> Changes {
+        Self::changes_at(self.cursor, state)
+    }
+
+    /// Where this copy stands in the workloads' journal.
+    pub fn cursor(&self) -> Option<ChangeCursor> {
+        self.cursor
+    }
+
+    /// [`Backlog::changes`] for a copy standing at `cursor`, without the copy at hand (apply
+    /// takes them for the cycle, see `raft::copy_slot`).
+    pub fn changes_at(cursor: Option<ChangeCursor>, state: &FederationState) -> Changes {
         Changes {
-            names: self.cursor.and_then(|c| state.workloads.changed_since(c)),
+            names: cursor.and_then(|c| state.workloads.changed_since(c)),
             cursor: state.workloads.cursor(),
         }
     }

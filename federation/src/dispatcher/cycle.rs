@@ -465,16 +465,58 @@ pub(crate) fn may_decide(
 /// preempted meanwhile: half the 1 ms bound apply may be held off for.
 const LONG_HOLD: std::time::Duration = std::time::Duration::from_micros(500);
 
+/// How long the cycle waits for apply to take its copy before it takes it itself: apply
+/// has had nothing to apply meanwhile, so a read lock of the cycle's own holds off nothing
+/// that waits.
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What a cycle takes under the state lock.
+struct Taken {
+    changes: super::backlog::Changes,
+    copy: crate::state::FederationState,
+    version: u64,
+    /// Whether any member takes work.
+    any_ready: bool,
+    /// How long taking it held the lock.
+    took: std::time::Duration,
+}
+
+impl Taken {
+    fn of(d: &StateMachineData, cursor: Option<crate::state::workloads::ChangeCursor>) -> Self {
+        let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
+        let any_ready = d.state.members.values().any(|m| {
+            m.cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.accepts_work())
+        });
+        Self {
+            changes: super::backlog::Backlog::changes_at(cursor, &d.state),
+            copy: d.state.clone(),
+            version: d.state.policy.current(),
+            any_ready,
+            took: started.elapsed(),
+        }
+    }
+}
+
+/// The state a cycle reads: under its own read lock, or through apply's copy slot.
+pub struct StateSource {
+    pub data: Arc<RwLock<StateMachineData>>,
+    pub copy_slot: Arc<crate::raft::copy_slot::CopySlot>,
+}
+
 /// Runs a cycle every `cycle_interval` on the leader.
 pub async fn schedule_loop(
     raft: Raft,
-    data: Arc<RwLock<StateMachineData>>,
+    source: StateSource,
     proposer: Proposer,
     live: Liveness,
     cfg: DispatchConfig,
     last: LastCycleSlot,
     metrics: Arc<Metrics>,
 ) {
+    let StateSource { data, copy_slot } = source;
     let clock = live.clock().clone();
     let mut cycle = 0u64;
     let mut pause = cfg.cycle_interval;
@@ -500,62 +542,70 @@ pub async fn schedule_loop(
             continue;
         }
         cycle += 1;
-        let now = clock.now();
         let began = clock.instant();
-        let (captured, version, held) = {
-            let Ok(d) = data.read() else { continue };
-            // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
-            let locked = clock.instant();
-            let switches = crate::thread_stats::involuntary_switches();
-            // Without a Ready member nothing can be placed or preempted: skip the cycle
-            // rather than copy the whole backlog to learn that.
-            let any_ready = d.state.members.values().any(|m| {
-                m.cluster
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.phase.accepts_work())
-            });
-            if !any_ready {
-                continue;
-            }
-            // Under the lock: the names changed since the last cycle, and a copy of the state
-            // that shares what grows with the workloads (see `state::workloads`). The backlog
-            // is brought up to date and the input captured from the copy, after the lock.
-            let changes = backlog.changes(&d.state);
-            let named = clock.instant();
-            let copy = d.state.clone();
-            let version = d.state.policy.current();
-            let cloned = clock.instant();
-            drop(d);
-            let held = clock.instant().saturating_duration_since(locked);
-            if held >= LONG_HOLD {
-                // Slow work, or the thread taken off its core while it held the lock.
-                let preempted = crate::thread_stats::involuntary_switches()
-                    .zip(switches)
-                    .map(|(after, before)| after.saturating_sub(before));
-                tracing::info!(
-                    held_us = held.as_micros() as u64,
-                    names_us = named.saturating_duration_since(locked).as_micros() as u64,
-                    clone_us = cloned.saturating_duration_since(named).as_micros() as u64,
-                    preempted,
-                    "the cycle held the state lock long"
-                );
-            }
-            let copied = backlog.apply(&copy, changes);
-            tracing::debug!(
-                held_us = held.as_micros() as u64,
-                names_us = named.saturating_duration_since(locked).as_micros() as u64,
-                clone_us = cloned.saturating_duration_since(named).as_micros() as u64,
-                copied,
-                "cycle input read under the state lock"
-            );
-            (
-                capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle),
-                version,
-                held,
-            )
+        // The names changed since the last cycle and a copy of the state that shares what
+        // grows with the workloads (see `state::workloads`), taken together under the state
+        // lock: by apply after its next entry (see `raft::copy_slot`), or, when apply has
+        // nothing to do for `APPLY_WAIT`, under a read lock of the cycle's own. The backlog is
+        // brought up to date and the input captured from the copy, after the lock.
+        let cursor = backlog.cursor();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        copy_slot.post(Box::new(move |d| {
+            let _ = tx.send(Taken::of(d, cursor));
+        }));
+        let taken = match tokio::time::timeout(APPLY_WAIT, &mut rx).await {
+            Ok(Ok(taken)) => Some(taken),
+            _ if !copy_slot.withdraw() => rx.await.ok(),
+            _ => None,
         };
-        metrics.observe_cycle_lock(held);
+        let taken = match taken {
+            Some(taken) => {
+                metrics.observe_cycle_copy_by_apply(taken.took);
+                taken
+            }
+            None => {
+                let Ok(d) = data.read() else { continue };
+                // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
+                let switches = crate::thread_stats::involuntary_switches();
+                let taken = Taken::of(&d, cursor);
+                drop(d);
+                if taken.took >= LONG_HOLD {
+                    // Slow work, or the thread taken off its core while it held the lock.
+                    let preempted = crate::thread_stats::involuntary_switches()
+                        .zip(switches)
+                        .map(|(after, before)| after.saturating_sub(before));
+                    tracing::info!(
+                        held_us = taken.took.as_micros() as u64,
+                        preempted,
+                        "the cycle held the state lock long"
+                    );
+                }
+                metrics.observe_cycle_lock(taken.took);
+                taken
+            }
+        };
+        // Without a Ready member nothing can be placed or preempted: skip the cycle rather
+        // than bring the backlog up to date to learn that.
+        if !taken.any_ready {
+            continue;
+        }
+        let Taken {
+            changes,
+            copy,
+            version,
+            took,
+            ..
+        } = taken;
+        // The cycle's time is read once its state is: the state may hold entries applied
+        // while it waited for apply.
+        let now = clock.now();
+        let copied = backlog.apply(&copy, changes);
+        tracing::debug!(
+            took_us = took.as_micros() as u64,
+            copied,
+            "cycle input taken"
+        );
+        let captured = capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle);
         // Everything sized by the backlog runs on the blocking pool, on the loop's own copy:
         // the heads of each group of alike workloads, not the whole backlog (see `window`).
         let taken = std::mem::take(&mut backlog);

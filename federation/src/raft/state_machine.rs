@@ -62,6 +62,8 @@ pub struct StateMachineStore {
     snapshot_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Where apply records how long it held the write lock per entry (the node's metrics).
     apply_lock_held: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// A reader's job apply runs after its next entry (the scheduling cycle's copy).
+    copy_slot: Arc<super::copy_slot::CopySlot>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -77,6 +79,7 @@ impl StateMachineStore {
             dir,
             snapshot_bytes: Arc::default(),
             apply_lock_held: None,
+            copy_slot: Arc::default(),
         };
         let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
         if let Some(snap) = store.dir.load()? {
@@ -109,6 +112,12 @@ impl StateMachineStore {
     /// Records each apply's hold of the write lock in `h` from now on.
     pub fn record_apply_lock_in(&mut self, h: prometheus_client::metrics::histogram::Histogram) {
         self.apply_lock_held = Some(h);
+    }
+
+    /// Where a reader leaves work for apply to do after its next entry (see
+    /// [`super::copy_slot`]).
+    pub fn copy_slot(&self) -> Arc<super::copy_slot::CopySlot> {
+        self.copy_slot.clone()
     }
 
     /// A shared handle for readers (the API layer).
@@ -252,6 +261,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
                 }
                 let response = Response { results };
+                self.copy_slot.serve(&d);
                 drop(d);
                 if let Some(h) = &self.apply_lock_held {
                     h.observe(held.elapsed().as_secs_f64());
@@ -427,6 +437,64 @@ mod split_decode_tests {
             let err = decode_snapshot(&bytes[..cut]).err().expect("refused");
             assert_eq!(err.kind(), io::ErrorKind::InvalidData, "cut at {cut}");
         }
+    }
+}
+
+#[cfg(test)]
+mod copy_slot_tests {
+    use openraft::entry::RaftEntry;
+    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
+
+    use super::super::types::Entry;
+    use super::*;
+    use crate::state::command::{Command, Request};
+
+    fn submit(i: u64) -> Entry {
+        let spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("p", 1, 1, "H100")],
+        );
+        let mut w = Workload::new(format!("w{i}"), spec);
+        w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
+        let cmd = Command::SubmitWorkload {
+            workload: Box::new(w),
+            idempotency_key: format!("key-{i}"),
+            at: chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time"),
+            digest: None,
+        };
+        Entry::new_normal(
+            openraft::testing::log_id::<TypeConfig>(1, 1, i),
+            Request::new(vec![cmd]),
+        )
+    }
+
+    /// A job posted for apply runs once, after the next entry, on the state with that entry
+    /// applied; an entry applied with nothing posted runs nothing.
+    #[tokio::test]
+    async fn apply_runs_a_posted_job_once_on_the_state_after_its_next_entry() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut sm = StateMachineStore::open(dir.path()).expect("open");
+        let slot = sm.copy_slot();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        sm.apply(futures::stream::iter(vec![Ok((submit(1), None))]))
+            .await
+            .expect("apply");
+        let s = seen.clone();
+        slot.post(Box::new(move |d| {
+            if let Ok(mut v) = s.lock() {
+                v.push((d.last_applied.map(|l| l.index()), d.state.workloads.len()));
+            }
+        }));
+        sm.apply(futures::stream::iter(vec![
+            Ok((submit(2), None)),
+            Ok((submit(3), None)),
+        ]))
+        .await
+        .expect("apply");
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(seen, vec![(Some(2), 2)], "once, right after entry 2");
+        assert!(!slot.withdraw(), "nothing left waiting");
     }
 }
 
