@@ -214,9 +214,6 @@ fn histogram_mean(text: &str, name: &str) -> Option<(f64, f64)> {
     Some((value("_sum")?, value("_count")?))
 }
 
-/// Percentiles of a Prometheus histogram in a text exposition, in seconds, interpolated
-/// linearly inside the bucket they fall in (the buckets double, so a figure is good to
-/// within its bucket); `None` without observations.
 /// A long hold of the state lock by the cycle, as the leader logged it.
 #[derive(Debug, PartialEq)]
 struct LongHold {
@@ -226,15 +223,29 @@ struct LongHold {
     preempted: Option<u64>,
 }
 
-/// The leader's `the cycle held the state lock long` lines.
+/// What the leader logs for each long hold of the state lock by its cycle.
+const LONG_HOLD_LINE: &str = "the cycle held the state lock long";
+
+/// The leader's log lines that carry `message`.
+fn lines_with<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = &'a str> {
+    log.lines().filter(move |l| l.contains(message))
+}
+
+/// Prints the first ten of the leader's log lines that carry `message`, from the level on.
+fn print_lines_with(log: &str, message: &str) {
+    for line in lines_with(log, message).take(10) {
+        println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
+    }
+}
+
+/// The leader's long holds ([`LONG_HOLD_LINE`]).
 fn long_holds(log: &str) -> Vec<LongHold> {
     let field = |line: &str, name: &str| -> Option<u64> {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
             .and_then(|v| v.parse().ok())
     };
-    log.lines()
-        .filter(|l| l.contains("the cycle held the state lock long"))
+    lines_with(log, LONG_HOLD_LINE)
         .filter_map(|l| {
             Some(LongHold {
                 held_us: field(l, "held_us")?,
@@ -244,6 +255,9 @@ fn long_holds(log: &str) -> Vec<LongHold> {
         .collect()
 }
 
+/// Percentiles of a Prometheus histogram in a text exposition, in seconds, interpolated
+/// linearly inside the bucket they fall in (the buckets double, so a figure is good to
+/// within its bucket); `None` without observations.
 fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
     let mut buckets: Vec<(f64, f64)> = text
         .lines()
@@ -444,13 +458,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
 
     // The leader logs what a slow walk covered (entries, workloads, time per part).
     let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
-    for line in log
-        .lines()
-        .filter(|l| l.contains("a slow state digest walk"))
-        .take(10)
-    {
-        println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
-    }
+    print_lines_with(&log, "a slow state digest walk");
 
     // The leader has been cycling over the whole backlog while it was filled and probed;
     // a quiet half minute gives the figures of cycles over the full backlog alone.
@@ -484,13 +492,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             .max()
             .map_or("-".into(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
     );
-    for line in log
-        .lines()
-        .filter(|l| l.contains("the cycle held the state lock long"))
-        .take(10)
-    {
-        println!("    {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
-    }
+    print_lines_with(&log, LONG_HOLD_LINE);
     print_gauge(
         &metrics,
         "tideway_workloads",
@@ -645,10 +647,10 @@ mod tests {
     #[test]
     fn long_holds_are_read_from_the_leaders_log_lines() {
         let log = "\
-2026-12-06T06:21:34.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=1043 names_us=3 clone_us=1030 preempted=1
+2026-12-06T06:21:34.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=1043 preempted=1
 2026-12-06T06:21:35.285083Z  INFO tideway_federation::raft::state_machine: snapshot written index=20041
-2026-12-06T06:21:36.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=612 names_us=2 clone_us=600 preempted=0
-2026-12-06T06:21:37.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=700 names_us=2 clone_us=690";
+2026-12-06T06:21:36.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=612 preempted=0
+2026-12-06T06:21:37.285083Z  INFO tideway_federation::dispatcher::cycle: the cycle held the state lock long held_us=700";
         assert_eq!(
             long_holds(log),
             vec![

@@ -44,7 +44,7 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
-        // Another thread starts from its own count.
+        // Readable on any thread, not only the first.
         let other = std::thread::spawn(involuntary_switches)
             .join()
             .expect("thread");
