@@ -226,6 +226,9 @@ struct LongHold {
 /// What the leader logs for each long hold of the state lock by its cycle.
 const LONG_HOLD_LINE: &str = "the cycle held the state lock long";
 
+/// What the leader logs for each whole cycle of 0.5 s or more.
+const SLOW_CYCLE_LINE: &str = "a slow scheduling cycle";
+
 /// The leader's log lines that carry `message`.
 fn lines_with<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = &'a str> {
     log.lines().filter(move |l| l.contains(message))
@@ -493,6 +496,13 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             .map_or("-".into(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
     );
     print_lines_with(&log, LONG_HOLD_LINE);
+    // Every cycle of 0.5 s or more over the whole run, with where its time went; the times
+    // are the log's, to set beside the snapshot builds below.
+    let slow: Vec<&str> = lines_with(&log, SLOW_CYCLE_LINE).collect();
+    println!("  whole cycles of 0.5 s or more: {}", slow.len());
+    for line in slow.iter().take(20) {
+        println!("    {line}");
+    }
     print_gauge(
         &metrics,
         "tideway_workloads",

@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use tideway_api::{Workload, WorkloadPhase};
 
+use super::name_index::NameIndex;
 use super::window::PendingIndex;
 use crate::state::FederationState;
 use crate::state::workloads::ChangeCursor;
@@ -43,8 +44,9 @@ pub struct Backlog {
     /// Every order entry below this is in `seq_of`.
     next_seq: u64,
     /// Names shared with the state's order index, not copied: a copy per pending workload was
-    /// tens of megabytes at a million.
-    seq_of: HashMap<Arc<str>, u64>,
+    /// tens of megabytes at a million. Kept with their hashes, so the table's growth does
+    /// not read every name again (see [`NameIndex`]).
+    seq_of: NameIndex,
     /// Pending workloads.
     pub pending: BTreeMap<u64, Arc<Workload>>,
     /// Assigned or running workloads.
@@ -54,9 +56,11 @@ pub struct Backlog {
     /// The pending workloads again, by group, each in the core's order: the cycle reads the
     /// heads from here.
     pub index: PendingIndex,
-    /// Pending and active workloads by uid. The uids are the state's UID index's own copies,
-    /// shared, not copied: a copy per pending workload was about 90 MB at a million.
-    uid_seq: HashMap<Arc<str>, u64>,
+    /// UID to name: the state's own persistent index as it was at the last refresh (an O(1)
+    /// copy), which [`Backlog::by_uid`] reads through `seq_of`. A map of its own from UIDs to
+    /// sequence numbers cost about 50 MB at a million pending, and its growth as long again
+    /// as `seq_of`'s.
+    uids: imbl::OrdMap<Arc<str>, Arc<str>>,
     /// Pending entries changed since the index was last brought up to date: filing one in
     /// the index (its group key) is left for [`Backlog::settle`], after the state lock.
     dirty: Vec<u64>,
@@ -111,16 +115,17 @@ impl Backlog {
             for (seq, name) in &state.order {
                 self.seq_of.insert(name.clone(), *seq);
                 if let Some(w) = state.workloads.get(&**name) {
-                    self.file(state, *seq, w);
+                    self.file(*seq, w);
                 }
             }
             self.next_seq = next_seq(state);
             self.cursor = Some(cursor);
+            self.uids = state.uids.clone();
             return state.order.len();
         };
         let names: HashSet<&str> = changed.iter().map(|n| &**n).collect();
         for name in &names {
-            if let Some(seq) = self.seq_of.get(*name).copied() {
+            if let Some(seq) = self.seq_of.get(name) {
                 self.unfile(seq);
             }
         }
@@ -131,16 +136,17 @@ impl Backlog {
         for name in &names {
             match state.workloads.get(*name) {
                 None => {
-                    self.seq_of.remove(*name);
+                    self.seq_of.remove(name);
                 }
                 Some(w) => {
-                    if let Some(seq) = self.seq_of.get(*name).copied() {
-                        self.file(state, seq, w);
+                    if let Some(seq) = self.seq_of.get(name) {
+                        self.file(seq, w);
                     }
                 }
             }
         }
         self.cursor = Some(cursor);
+        self.uids = state.uids.clone();
         names.len()
     }
 
@@ -156,46 +162,28 @@ impl Backlog {
 
     /// A pending or active workload by uid.
     pub fn by_uid(&self, uid: &str) -> Option<&Arc<Workload>> {
-        let seq = self.uid_seq.get(uid)?;
-        self.pending.get(seq).or_else(|| self.active.get(seq))
+        let seq = self.seq_of.get(self.uids.get(uid)?)?;
+        self.pending.get(&seq).or_else(|| self.active.get(&seq))
     }
 
     fn unfile(&mut self, seq: u64) {
-        let gone = self
-            .pending
-            .remove(&seq)
-            .or_else(|| self.active.remove(&seq));
+        if self.pending.remove(&seq).is_none() {
+            self.active.remove(&seq);
+        }
         self.succeeded.remove(&seq);
         self.dirty.push(seq);
-        if let Some(uid) = gone.as_ref().and_then(|w| w.metadata.uid.as_deref()) {
-            self.uid_seq.remove(uid);
-        }
-    }
-
-    /// Indexes `w` by its uid, keyed by the state's own copy of it.
-    fn note_uid(&mut self, state: &FederationState, w: &Workload, seq: u64) {
-        let Some(uid) = w.metadata.uid.as_deref() else {
-            return;
-        };
-        let shared = state
-            .uids
-            .get_key_value(uid)
-            .map_or_else(|| Arc::from(uid), |(k, _)| k.clone());
-        self.uid_seq.insert(shared, seq);
     }
 
     /// Files `w` by its phase; the copy shares the state's allocation (see
     /// [`crate::state::workloads`]), so a whole copy of a large backlog clones no workload.
-    fn file(&mut self, state: &FederationState, seq: u64, w: &Arc<Workload>) {
+    fn file(&mut self, seq: u64, w: &Arc<Workload>) {
         let Some(st) = &w.status else { return };
         match st.phase {
             WorkloadPhase::Pending => {
-                self.note_uid(state, w, seq);
                 self.dirty.push(seq);
                 self.pending.insert(seq, w.clone());
             }
             WorkloadPhase::Assigned | WorkloadPhase::Running => {
-                self.note_uid(state, w, seq);
                 self.active.insert(seq, w.clone());
             }
             WorkloadPhase::Succeeded => {
@@ -288,6 +276,21 @@ mod tests {
                 fresh.settle();
                 prop_assert_eq!(backlog.index.len(), backlog.pending.len());
                 prop_assert_eq!(backlog.index.depths(), fresh.index.depths());
+                // Lookups by UID find what a whole copy finds: every pending or active
+                // workload, and nothing else (a finished or removed one is not found).
+                for w in s.workloads.values() {
+                    let Some(uid) = w.metadata.uid.as_deref() else { continue };
+                    prop_assert_eq!(
+                        backlog.by_uid(uid).map(|f| &**f),
+                        fresh.by_uid(uid).map(|f| &**f),
+                        "uid {}", uid
+                    );
+                    let filed = w.status.as_ref().is_some_and(|st| matches!(
+                        st.phase,
+                        WorkloadPhase::Pending | WorkloadPhase::Assigned | WorkloadPhase::Running
+                    ));
+                    prop_assert_eq!(fresh.by_uid(uid).is_some(), filed, "uid {}", uid);
+                }
             }
         }
     }

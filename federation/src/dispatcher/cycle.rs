@@ -72,6 +72,18 @@ struct Ran {
     took: std::time::Duration,
     runs: u32,
     shown: usize,
+    /// Where the blocking part's time went, for [`SLOW_CYCLE`]'s line.
+    parts: BlockingParts,
+}
+
+/// The blocking pool's share of a cycle, part by part: how long the task waited for a
+/// thread, brought the backlog's index up to date, and turned the core's output into
+/// decisions and reasons.
+#[derive(Debug, Clone, Copy, Default)]
+struct BlockingParts {
+    queued: std::time::Duration,
+    settle: std::time::Duration,
+    decide: std::time::Duration,
 }
 
 /// Per group: the reason being written to the members the core was not shown, and the
@@ -465,6 +477,10 @@ pub(crate) fn may_decide(
 /// preempted meanwhile: half the 1 ms bound apply may be held off for.
 const LONG_HOLD: std::time::Duration = std::time::Duration::from_micros(500);
 
+/// A whole cycle at least this long is logged with where its time went: half the 1 s the
+/// whole cycle is meant to stay within, even at a million pending workloads.
+const SLOW_CYCLE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How long the cycle waits for apply to take its copy before it takes it itself: apply
 /// has had nothing to apply meanwhile, so a read lock of the cycle's own holds off nothing
 /// that waits.
@@ -599,23 +615,35 @@ pub async fn schedule_loop(
         // The cycle's time is read once its state is: the state may hold entries applied
         // while it waited for apply.
         let now = clock.now();
+        let copy_wait = clock.instant().saturating_duration_since(began);
+        let mark = clock.instant();
         let copied = backlog.apply(&copy, changes);
+        let backlog_took = clock.instant().saturating_duration_since(mark);
         tracing::debug!(
             took_us = took.as_micros() as u64,
             copied,
             "cycle input taken"
         );
+        let mark = clock.instant();
         let captured = capture(&copy, &backlog, |n| live.latest_digest(n), now, cycle);
+        let capture_took = clock.instant().saturating_duration_since(mark);
         // Everything sized by the backlog runs on the blocking pool, on the loop's own copy:
         // the heads of each group of alike workloads, not the whole backlog (see `window`).
         let taken = std::mem::take(&mut backlog);
         let mut wide_now = std::mem::take(&mut wide);
         let mut cursors_now = std::mem::take(&mut cursors);
         let core_clock = clock.clone();
+        let handed = clock.instant();
         let Ok(ran) = tokio::task::spawn_blocking(move || {
+            let mut parts = BlockingParts {
+                queued: core_clock.instant().saturating_duration_since(handed),
+                ..BlockingParts::default()
+            };
             let mut taken = taken;
+            let mark = core_clock.instant();
             taken.settle();
             let est = learned_of(&taken);
+            parts.settle = core_clock.instant().saturating_duration_since(mark);
             let started = core_clock.instant();
             let (input, output, window, runs) = super::window::run(
                 &captured.input,
@@ -625,6 +653,7 @@ pub async fn schedule_loop(
                 |i| super::estimates::fill(i, &est),
             );
             let took = core_clock.instant().saturating_duration_since(started);
+            let mark = core_clock.instant();
             let mut decisions = decisions_with(
                 |uid| taken.by_uid(uid).map(|w| &**w),
                 &input.reservations,
@@ -634,6 +663,7 @@ pub async fn schedule_loop(
             let reps = window.representatives(&output);
             spread_reasons(&taken, &output, &reps, &mut cursors_now, &mut decisions);
             let depth = taken.index.depths();
+            parts.decide = core_clock.instant().saturating_duration_since(mark);
             Ran {
                 backlog: taken,
                 wide: wide_now,
@@ -645,6 +675,7 @@ pub async fn schedule_loop(
                 took,
                 runs,
                 shown: input.pending.len(),
+                parts,
             }
         })
         .await
@@ -663,7 +694,9 @@ pub async fn schedule_loop(
             took,
             runs,
             shown,
+            parts,
         } = ran;
+        let returned = clock.instant();
         (backlog, wide, cursors) = (b, w, c);
         metrics.observe_cycle(took, &depth);
         tracing::debug!(
@@ -739,7 +772,25 @@ pub async fn schedule_loop(
                 "checkpoint notice before a quota boundary"
             );
         }
-        metrics.observe_cycle_wall(clock.instant().saturating_duration_since(began));
+        let wall = clock.instant().saturating_duration_since(began);
+        metrics.observe_cycle_wall(wall);
+        if wall >= SLOW_CYCLE {
+            let ms = |d: std::time::Duration| d.as_millis() as u64;
+            tracing::info!(
+                wall_ms = ms(wall),
+                copy_ms = ms(copy_wait),
+                backlog_ms = ms(backlog_took),
+                capture_ms = ms(capture_took),
+                queued_ms = ms(parts.queued),
+                settle_ms = ms(parts.settle),
+                core_ms = ms(took),
+                decide_ms = ms(parts.decide),
+                after_ms = ms(clock.instant().saturating_duration_since(returned)),
+                copied,
+                pending = backlog.index.len(),
+                "a slow scheduling cycle"
+            );
+        }
         let by_uid = output
             .decisions
             .iter()

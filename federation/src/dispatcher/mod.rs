@@ -14,6 +14,7 @@ mod cycle_tests;
 pub mod dry_run;
 pub mod estimates;
 pub mod liveness;
+mod name_index;
 pub mod recovery;
 pub mod retention;
 pub mod rollout;

@@ -23,13 +23,20 @@ use tideway_api::{PendingReason, Workload, WorkloadPhase};
 
 use super::digest_hash::{Error, ReasonHashes};
 
-/// Journal entries always kept: a reader less than this far behind can follow it.
-const SLACK: usize = 4096;
+/// Journal entries always kept: a reader less than half this far behind can follow it.
+///
+/// It was 4,096, which left a reader able to follow only about 2,000 to 6,000 changes
+/// behind while the state held under 150,000 workloads. Under a fill at 5,000 submissions a
+/// second the leader's cycle, about 1.2 s apart, was further behind than that and copied the
+/// whole backlog every cycle (the 1M scale bench logged cycles of 0.6 to 1.04 s at 73,000 to
+/// 138,000 pending, each copying all of it). Half of 32,768 covers a few seconds of any
+/// rate this machine reaches, for about 2 MB.
+const SLACK: usize = 32_768;
 
 /// Beyond [`SLACK`], one entry kept per this many workloads. Past that the oldest half is
 /// dropped, and a reader behind it copies the whole backlog once. The journal only grows
 /// (followers never read it, and the leader's reader cannot trim it from its copy), so the
-/// bound is its memory: at a million workloads about 66,000 names (4 MB), where one per
+/// bound is its memory: at a million workloads about 95,000 names (6 MB), where one per
 /// workload held up to a million (about 56 MB) on every node. The leader's cycle reads it
 /// every few hundred milliseconds, thousands of changes behind at most.
 const PER_WORKLOADS: usize = 16;
