@@ -179,6 +179,7 @@ impl Node {
         let copy_slot = sm.copy_slot();
         let snapshot_bytes = sm.snapshot_bytes();
         let kept_log = log.clone();
+        let received = log.received();
         let raft = Raft::new(cfg.id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -186,6 +187,7 @@ impl Node {
         let proposer = Proposer::start(raft.clone(), forwarder.clone());
         let state = AppState::new(crate::server::Shared {
             raft: raft.clone(),
+            received,
             data,
             proposer,
             forwarder,

@@ -15,6 +15,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::received::Received;
+
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
@@ -79,6 +81,9 @@ pub struct RedbLogStore<C: RaftTypeConfig> {
     writer: Arc<Writer<C>>,
     /// The number of the last append handed to the writer (the tail's write numbers).
     appends: Arc<AtomicU64>,
+    /// The bytes of the entries this node was last sent by a leader, written as they are
+    /// (see [`super::received`]).
+    received: Arc<Received<LogIdOf<C>>>,
     _c: PhantomData<fn() -> C>,
 }
 
@@ -91,6 +96,7 @@ impl<C: RaftTypeConfig> Clone for RedbLogStore<C> {
             committed: self.committed.clone(),
             writer: self.writer.clone(),
             appends: self.appends.clone(),
+            received: self.received.clone(),
             _c: PhantomData,
         }
     }
@@ -159,12 +165,18 @@ where
             committed,
             writer: Arc::new(writer),
             appends: Arc::default(),
+            received: Arc::default(),
             _c: PhantomData,
         })
     }
 
     pub fn stats(&self) -> Arc<LogStats> {
         self.stats.clone()
+    }
+
+    /// Where the transport keeps the bytes of the entries it receives, for this log to write.
+    pub fn received(&self) -> Arc<Received<LogIdOf<C>>> {
+        self.received.clone()
     }
 
     /// The decoded tail with each entry's encoded bytes, for the transport to send them as
@@ -326,8 +338,12 @@ where
         let write = self.appends.fetch_add(1, Ordering::Relaxed) + 1;
         let mut kept = Vec::new();
         for e in entries {
-            let bytes: Arc<[u8]> = encode(&e)?.into();
-            kept.push((e.log_id().index(), e, bytes));
+            let id = e.log_id();
+            let bytes: Arc<[u8]> = match self.received.take(id.index(), &id) {
+                Some(received) => received,
+                None => encode(&e)?.into(),
+            };
+            kept.push((id.index(), e, bytes));
         }
         let mut rows = Vec::with_capacity(kept.len());
         {
@@ -497,6 +513,46 @@ mod tests {
     }
 
     use crate::raft::types::Vote;
+
+    /// An entry whose bytes the transport kept is written as those bytes (here a positional
+    /// encoding, which no encoder of this log writes, so the row shows which were written),
+    /// and reads back as the entry; an entry without kept bytes, or with bytes kept for
+    /// another log id, is encoded as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn received_bytes_are_written_as_they_are_and_read_back_as_the_entry() {
+        use openraft::entry::RaftEntry;
+        use openraft::testing::log_id;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.redb");
+        let ent = |term: u64, i: u64| openraft::testing::blank_ent::<TypeConfig>(term, 1, i);
+        let positional = |e: &crate::raft::types::Entry| -> Arc<[u8]> {
+            rmp_serde::to_vec(e).expect("encode").into()
+        };
+        let (e1, e2, e3) = (ent(2, 1), ent(2, 2), ent(2, 3));
+        {
+            let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("open");
+            log.received().offer(
+                1,
+                vec![
+                    (e1.log_id(), positional(&e1)),
+                    // Kept for another term's entry at index 2: not this one's.
+                    (log_id::<TypeConfig>(1, 1, 2), positional(&e2)),
+                ],
+            );
+            append_durably(&mut log, vec![e1.clone(), e2.clone(), e3.clone()]).await;
+        }
+        let db = redb::Database::open(&path).expect("open db");
+        let txn = db.begin_read().expect("read");
+        let t = txn.open_table(LOGS).expect("table");
+        let row = |i: u64| t.get(i).expect("get").expect("row").value().to_vec();
+        assert_eq!(row(1), positional(&e1).to_vec(), "the received bytes");
+        assert_eq!(row(2), rmp_serde::to_vec_named(&e2).expect("encode"));
+        assert_eq!(row(3), rmp_serde::to_vec_named(&e3).expect("encode"));
+        drop((t, txn, db));
+        let mut log = RedbLogStore::<TypeConfig>::open(&path).expect("reopen");
+        let got = log.try_get_log_entries(1..4).await.expect("read");
+        assert_eq!(format!("{got:?}"), format!("{:?}", vec![e1, e2, e3]));
+    }
 
     /// Appends and waits for openraft's callback: durable from then on.
     async fn append_durably(

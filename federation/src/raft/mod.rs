@@ -12,6 +12,7 @@ mod log_writer;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;
+pub mod received;
 pub(crate) mod snapshot_decode;
 pub mod snapshot_file;
 pub mod snapshot_policy;

@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use super::leader_watch::Contact;
 use super::network::MSGPACK;
-use super::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use super::received::Received;
+use super::types::{LogId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 fn msgpack<T: Serialize>(v: &T) -> Response {
     match rmp_serde::to_vec_named(v) {
@@ -33,6 +34,8 @@ fn bad_request(e: impl std::fmt::Display) -> Response {
 pub struct Peer {
     pub raft: Raft,
     pub contact: Arc<Contact>,
+    /// Where the entries' bytes go for the log to write as they are.
+    pub received: Arc<Received<LogId>>,
 }
 
 impl axum::extract::FromRef<Peer> for Raft {
@@ -42,7 +45,16 @@ impl axum::extract::FromRef<Peer> for Raft {
 }
 
 async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
-    match rmp_serde::from_slice(&body) {
+    let decoded = match super::received::decode_append(&body) {
+        Some((req, spans)) => {
+            if let Some(first) = spans.first().map(|(id, _)| id.index()) {
+                peer.received.offer(first, spans);
+            }
+            Ok(req)
+        }
+        None => rmp_serde::from_slice(&body),
+    };
+    match decoded {
         Ok(req) => {
             let res = peer.raft.append_entries(req).await;
             if matches!(

@@ -103,6 +103,8 @@ impl std::ops::Deref for AppState {
 /// What [`AppState`] shares.
 pub struct Shared {
     pub raft: Raft,
+    /// The log's place for the bytes of received entries (see `raft::received`).
+    pub received: Arc<crate::raft::received::Received<crate::raft::types::LogId>>,
     pub data: Arc<RwLock<StateMachineData>>,
     pub proposer: Proposer,
     pub forwarder: Forwarder,
@@ -312,6 +314,7 @@ fn peer_routes(state: &AppState) -> Router {
             crate::raft::transport::Peer {
                 raft: state.raft.clone(),
                 contact: state.contact.clone(),
+                received: state.received.clone(),
             },
         ))
         .layer(axum::middleware::from_fn_with_state(
