@@ -615,8 +615,8 @@ pub async fn schedule_loop(
         // The cycle's time is read once its state is: the state may hold entries applied
         // while it waited for apply.
         let now = clock.now();
-        let copy_wait = clock.instant().saturating_duration_since(began);
         let mark = clock.instant();
+        let copy_wait = mark.saturating_duration_since(began);
         let copied = backlog.apply(&copy, changes);
         let backlog_took = clock.instant().saturating_duration_since(mark);
         tracing::debug!(

@@ -300,11 +300,12 @@ pub fn encode_append(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn sample_request(n: u64) -> AppendEntriesRequest<TypeConfig> {
+    /// An append of a blank entry and `n` submissions (also `received`'s tests' request).
+    pub(in crate::raft) fn sample_request(n: u64) -> AppendEntriesRequest<TypeConfig> {
         use crate::state::command::{Command, Request};
         use openraft::entry::RaftEntry;
         let log_id = |i| openraft::testing::log_id::<TypeConfig>(3, 1, i);

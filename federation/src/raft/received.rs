@@ -130,37 +130,8 @@ fn value<T: DeserializeOwned>(rest: &mut &[u8]) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::types::Vote;
-    use crate::state::command::{Command, Request};
+    use crate::raft::network::tests::sample_request as request;
     use openraft::entry::RaftEntry;
-
-    fn request(n: u64) -> AppendEntriesRequest<TypeConfig> {
-        let log_id = |i| openraft::testing::log_id::<TypeConfig>(3, 1, i);
-        let mut entries = vec![Entry::new_blank(log_id(10))];
-        for i in 0..n {
-            let w = tideway_api::Workload::new(
-                format!("w-{i}"),
-                tideway_api::WorkloadSpec::new(
-                    "default",
-                    tideway_api::WorkloadClass::Training,
-                    vec![tideway_api::PodSet::new("p", 2, 8, "H100")],
-                ),
-            );
-            let cmd = Command::SubmitWorkload {
-                workload: Box::new(w),
-                idempotency_key: format!("k-{i}"),
-                at: chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time"),
-                digest: None,
-            };
-            entries.push(Entry::new_normal(log_id(11 + i), Request::new(vec![cmd])));
-        }
-        AppendEntriesRequest {
-            vote: Vote::new_committed(3, 1),
-            prev_log_id: Some(log_id(9)),
-            entries,
-            leader_commit: Some(log_id(9)),
-        }
-    }
 
     /// Decoded field by field, a request is the one the usual decoder gives, and each entry's
     /// bytes are exactly its own encoding (what the log would have written); bytes laid out

@@ -443,26 +443,16 @@ mod split_decode_tests {
 #[cfg(test)]
 mod copy_slot_tests {
     use openraft::entry::RaftEntry;
-    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
 
     use super::super::types::Entry;
     use super::*;
-    use crate::state::command::{Command, Request};
+    use crate::state::assignments_tests::{Op, command};
+    use crate::state::command::Request;
 
+    /// An entry submitting one workload (the submission of the state tests' `Op::Submit`).
     fn submit(i: u64) -> Entry {
-        let spec = WorkloadSpec::new(
-            "default",
-            WorkloadClass::Training,
-            vec![PodSet::new("p", 1, 1, "H100")],
-        );
-        let mut w = Workload::new(format!("w{i}"), spec);
-        w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
-        let cmd = Command::SubmitWorkload {
-            workload: Box::new(w),
-            idempotency_key: format!("key-{i}"),
-            at: chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time"),
-            digest: None,
-        };
+        let cmd =
+            command(&FederationState::default(), &Op::Submit(i as u8), i).expect("a submission");
         Entry::new_normal(
             openraft::testing::log_id::<TypeConfig>(1, 1, i),
             Request::new(vec![cmd]),
