@@ -700,6 +700,12 @@ fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 }
 
 impl Cli {
+    /// Whether the command runs until stopped and logs as it serves (its log lines go through
+    /// the buffered writer of `log_sink`).
+    pub fn is_service(&self) -> bool {
+        matches!(self.cmd, Cmd::Server(_) | Cmd::Dev(_) | Cmd::Agent(_))
+    }
+
     pub fn default_log_filter(&self) -> &'static str {
         match self.cmd {
             Cmd::Server(_) | Cmd::Dev(_) | Cmd::Agent(_) => "info,openraft=warn",

@@ -10,6 +10,7 @@ mod demo;
 mod exit_code;
 mod gang_check;
 mod launcher;
+mod log_sink;
 mod output;
 mod policy_replay;
 mod simulate_cmd;
@@ -21,9 +22,18 @@ fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));
+    // A service's lines go through a buffer one thread writes out (`log_sink`); a client
+    // verb's few lines go straight to stderr, in order with what it prints there itself.
+    let (sink, guard) = if cli.is_service() {
+        let (sink, guard) = log_sink::LogSink::stderr()?;
+        guard.install_panic_flush();
+        (sink, Some(guard))
+    } else {
+        (log_sink::LogSink::direct(), None)
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(sink);
     match cli.log_format {
         cli::LogFormat::Json => builder.json().init(),
         // Colours are for people at a terminal; a file or a pipe gets plain text.
@@ -37,6 +47,8 @@ fn main() -> anyhow::Result<()> {
     match rt.block_on(cli.run()) {
         Ok(()) => Ok(()),
         Err(e) => {
+            // `exit` runs no destructors: the lines that led here first.
+            drop(guard);
             eprintln!("Error: {e:#}");
             std::process::exit(exit_code::of(&e));
         }
