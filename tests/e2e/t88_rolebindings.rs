@@ -278,7 +278,11 @@ async fn a_subject_past_its_rate_limit_gets_429_with_retry_after_and_is_logged()
     let admin_code = get(ADMIN).await.unwrap().status().as_u16();
     assert_eq!(admin_code, 200, "another subject has its own bucket");
 
-    let log = std::fs::read_to_string(tc.c.dir().join("node-1.log")).unwrap();
+    let log = log_with(
+        &tc.c.dir().join("node-1.log"),
+        &["request denied: rate limited"],
+    )
+    .await;
     let denied = log
         .lines()
         .find(|l| l.contains("request denied: rate limited"))

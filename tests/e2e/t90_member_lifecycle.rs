@@ -156,7 +156,14 @@ async fn cordon_drain_uncordon_and_remove_through_the_cli() {
         vec!["sim-ap".to_string()],
         "the removed member registered again"
     );
-    let log = std::fs::read_to_string(tc.c.dir().join("agent-sim-eu.log")).unwrap_or_default();
+    let log = log_with(
+        &tc.c.dir().join("agent-sim-eu.log"),
+        &[
+            "registration refused",
+            "member cluster 'sim-eu' was removed",
+        ],
+    )
+    .await;
     assert!(
         log.contains("registration refused") && log.contains("member cluster 'sim-eu' was removed"),
         "{log}"

@@ -16,10 +16,6 @@ fn job(name: &str, seconds: u64) -> String {
     )
 }
 
-fn agent_log(dir: &std::path::Path) -> String {
-    std::fs::read_to_string(dir.join("agent-sim-eu.log")).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_is_removed_from_the_member_and_so_is_work_compacted_while_the_agent_was_away() {
     let (mut tc, c, idle) = one_node_with_sim_eu().await;
@@ -115,7 +111,11 @@ async fn a_success_is_removed_from_the_member_and_so_is_work_compacted_while_the
             .all(|l| !matches!(l.phase, LocalPhase::Running | LocalPhase::Pending)),
         "{local:?}"
     );
-    let log = agent_log(tc.c.dir());
+    let log = log_with(
+        &tc.c.dir().join("agent-sim-eu.log"),
+        &["compacted while away"],
+    )
+    .await;
     assert!(
         log.contains("compacted while away"),
         "the sweep, not a cancel, removed it; agent log tail:\n{}",
