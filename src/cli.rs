@@ -707,9 +707,10 @@ impl Cli {
     }
 
     pub fn default_log_filter(&self) -> &'static str {
-        match self.cmd {
-            Cmd::Server(_) | Cmd::Dev(_) | Cmd::Agent(_) => "info,openraft=warn",
-            _ => "warn",
+        if self.is_service() {
+            "info,openraft=warn"
+        } else {
+            "warn"
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! tracing's fmt layer writes every event with a `write(2)` of its own. A server logs a line per
 //! submission, and with stderr on a file that system call cost about 3% of a three-node
-//! federation's submissions/s (docs/operations.md, "The log line's system call"). Here an event's
+//! federation's submissions/s (docs/operations.md, "The shared anchor as it is, and the log line's system call"). Here an event's
 //! line is appended to a shared buffer under a short lock, and a writer thread writes all that
 //! is buffered in one call, at most one wake and one write per 5 ms: under load many lines per
 //! system call, and a line reaches stderr within about 5 ms.
@@ -35,6 +35,13 @@ struct Pending {
     idle: bool,
 }
 
+impl Pending {
+    /// Nothing to write: no line, and no drop to report.
+    fn is_empty(&self) -> bool {
+        self.buf.is_empty() && self.dropped == 0
+    }
+}
+
 struct Shared {
     pending: Mutex<Pending>,
     ready: Condvar,
@@ -52,7 +59,7 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Takes what is buffered and writes it out, in order with every other taker.
     fn write_out(&self, mut pending: MutexGuard<'_, Pending>) {
-        if pending.buf.is_empty() && pending.dropped == 0 {
+        if pending.is_empty() {
             return; // a flush took it meanwhile
         }
         let chunk = std::mem::take(&mut pending.buf);
@@ -128,7 +135,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 fn run(shared: &Shared) {
     loop {
         let mut pending = lock(&shared.pending);
-        while pending.buf.is_empty() && pending.dropped == 0 && !pending.closed {
+        while pending.is_empty() && !pending.closed {
             pending.idle = true;
             pending = shared
                 .ready
@@ -136,7 +143,7 @@ fn run(shared: &Shared) {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         pending.idle = false;
-        if pending.buf.is_empty() && pending.dropped == 0 {
+        if pending.is_empty() {
             return; // closed, and nothing left
         }
         if !pending.closed {

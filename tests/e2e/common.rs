@@ -179,12 +179,12 @@ pub fn tideway_with_config(
     )
 }
 
-/// The `admin token: <token>` line `tideway dev` prints, read from its log.
-/// A process's log once every one of `needles` is in it, or as it is after 10 s (the caller's
-/// assertion then shows it). A server writes its log lines from a thread of its own within
-/// about 5 ms, so a line is not in the file the instant the request that logged it returns.
-pub async fn log_with(path: &std::path::Path, needles: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// A process's log once every one of `needles` is in it, or as it is after `within` (the
+/// caller's assertion then shows it). A server writes its log lines from a thread of its own
+/// within about 5 ms, so a line is not in the file the instant the request that logged it
+/// returns.
+pub async fn log_within(path: &std::path::Path, needles: &[&str], within: Duration) -> String {
+    let deadline = Instant::now() + within;
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         if needles.iter().all(|n| text.contains(n)) || Instant::now() > deadline {
@@ -194,6 +194,12 @@ pub async fn log_with(path: &std::path::Path, needles: &[&str]) -> String {
     }
 }
 
+/// [`log_within`] 10 s: for a line logged by a request that has already returned.
+pub async fn log_with(path: &std::path::Path, needles: &[&str]) -> String {
+    log_within(path, needles, Duration::from_secs(10)).await
+}
+
+/// The `admin token: <token>` line `tideway dev` prints, read from its log.
 pub async fn dev_admin_token(log: &std::path::Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

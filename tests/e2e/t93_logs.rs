@@ -36,18 +36,12 @@ fn start(dir: &Path, addr: &str, format: &str) -> Dev {
 
 /// Waits until the log at `path` has a line with every one of `needles`; returns the log.
 async fn wait_for_lines(path: &Path, needles: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if needles.iter().all(|n| text.contains(n)) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the log lacks some of {needles:?}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let text = crate::common::log_within(path, needles, Duration::from_secs(60)).await;
+    assert!(
+        needles.iter().all(|n| text.contains(n)),
+        "the log lacks some of {needles:?}:\n{text}"
+    );
+    text
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
