@@ -167,7 +167,7 @@ impl CheckAt for MemberCluster {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        let p = at(prefix, "spec");
+        let p = at(prefix, "spec").path();
         let s = &self.spec;
         c.identifier(at(&p, "region"), &s.region);
         if let Some(zone) = &s.zone {

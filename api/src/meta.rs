@@ -246,16 +246,18 @@ impl CheckAt for ObjectMeta {
             c.push(at(prefix, "uid"), "must be a UUID");
         }
         for (key, value) in &self.labels {
-            let field = key_path(&at(prefix, "labels"), key);
             if let Err(e) = validate_label_key(key).and_then(|()| validate_label_value(value)) {
-                c.push(field, e.to_string());
+                c.push(key_path(&at(prefix, "labels").path(), key), e.to_string());
             }
         }
         let mut annotation_bytes = 0;
         for (key, value) in &self.annotations {
             annotation_bytes += key.len() + value.len();
             if let Err(e) = validate_label_key(key) {
-                c.push(key_path(&at(prefix, "annotations"), key), e.to_string());
+                c.push(
+                    key_path(&at(prefix, "annotations").path(), key),
+                    e.to_string(),
+                );
             }
         }
         if annotation_bytes > MAX_ANNOTATIONS_BYTES {

@@ -183,7 +183,7 @@ impl CheckAt for Policy {
             <Self as Resource>::KIND,
             &self.metadata,
         );
-        let p = at(prefix, "spec");
+        let p = at(prefix, "spec").path();
         let s = &self.spec;
 
         for (i, q) in s.queues.iter().enumerate() {
@@ -268,10 +268,10 @@ impl CheckAt for Policy {
 
         if let Some(r) = &s.rollout {
             let names: Vec<&str> = s.queues.iter().map(Resource::name).collect();
-            crate::rollout::check(r, &at(&p, "rollout"), &names, c);
+            crate::rollout::check(r, &at(&p, "rollout").path(), &names, c);
         }
 
-        let sp = at(&p, "scheduler");
+        let sp = at(&p, "scheduler").path();
         let st = &s.scheduler;
         c.range(
             at(&sp, "maxPreemptionsPerMinute"),
@@ -303,8 +303,8 @@ impl CheckAt for Policy {
             0,
             100,
         );
-        st.tuning.check(&at(&sp, "tuning"), c);
-        let default_pc = at(&sp, "defaultPriorityClass");
+        st.tuning.check(&at(&sp, "tuning").path(), c);
+        let default_pc = at(&sp, "defaultPriorityClass").path();
         c.name(default_pc.clone(), &st.default_priority_class);
         if !s.priority_classes.is_empty() && s.priority_class(&st.default_priority_class).is_none()
         {

@@ -149,7 +149,7 @@ impl CheckAt for PriorityClass {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        let p = at(prefix, "spec");
+        let p = at(prefix, "spec").path();
         let s = &self.spec;
         c.range(
             at(&p, "value"),

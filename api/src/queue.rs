@@ -246,7 +246,7 @@ impl CheckAt for Queue {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        self.spec.check_at(&at(prefix, "spec"), c);
+        self.spec.check_at(&at(prefix, "spec").path(), c);
     }
 }
 

@@ -184,7 +184,7 @@ impl QuotaScheduleSpec {
                     ),
                 ),
                 None => (
-                    at(p, "windows"),
+                    at(p, "windows").to_string(),
                     "no window is ever open; add a window or set spec.defaultQuotas".to_owned(),
                 ),
             };
@@ -689,7 +689,7 @@ impl CheckAt for QuotaSchedule {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        self.spec.check_at(&at(prefix, "spec"), c);
+        self.spec.check_at(&at(prefix, "spec").path(), c);
     }
 }
 
@@ -712,7 +712,7 @@ impl CheckAt for QuotaScheduleSpec {
             self.windows.iter().map(|w| w.name.as_str()),
         );
         if let Some(d) = &self.default_quotas {
-            check_quotas(&at(p, "defaultQuotas"), d, c);
+            check_quotas(&at(p, "defaultQuotas").path(), d, c);
         }
         // Overlaps and gaps only mean something once every window reads.
         if c.count() == problems_before {
@@ -741,7 +741,7 @@ impl CheckAt for QuotaScheduleSpec {
             );
         }
 
-        let sp = at(p, "scope");
+        let sp = at(p, "scope").path();
         let s = &self.scope;
         for (i, r) in s.regions.iter().enumerate() {
             c.identifier(format!("{}[{i}]", at(&sp, "regions")), r);
@@ -809,7 +809,7 @@ impl CheckAt for QuotaWindow {
         if self.quotas.is_empty() {
             c.push(at(p, "quotas"), "must contain at least one quota");
         }
-        check_quotas(&at(p, "quotas"), &self.quotas, c);
+        check_quotas(&at(p, "quotas").path(), &self.quotas, c);
     }
 }
 

@@ -103,7 +103,7 @@ impl CheckAt for RoleBinding {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        let p = at(prefix, "spec");
+        let p = at(prefix, "spec").path();
         let s = &self.spec;
         if s.subjects.is_empty() && s.groups.is_empty() {
             c.push(

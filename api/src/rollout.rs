@@ -90,7 +90,7 @@ pub const POOLS: [&str; 2] = ["inference", "training"];
 
 /// Checks a rollout against the bundle's queue names.
 pub(crate) fn check(r: &Rollout, prefix: &str, queues: &[&str], c: &mut Checker) {
-    let sp = at(prefix, "scope");
+    let sp = at(prefix, "scope").path();
     for (i, q) in r.scope.queues.iter().enumerate() {
         if !queues.contains(&q.as_str()) {
             c.push(
@@ -110,7 +110,7 @@ pub(crate) fn check(r: &Rollout, prefix: &str, queues: &[&str], c: &mut Checker)
     for (i, name) in r.scope.clusters.iter().enumerate() {
         c.name(format!("{sp}.clusters[{i}]"), name);
     }
-    let tp = at(prefix, "triggers");
+    let tp = at(prefix, "triggers").path();
     for (i, t) in r.triggers.iter().enumerate() {
         let p = format!("{tp}[{i}].{}", t.name());
         match t {

@@ -201,7 +201,7 @@ impl SchedulerTuning {
         if let Some(v) = self.reclaim_loss_per_wait {
             factor(c, "reclaimLossPerWait", v, 1e6);
         }
-        let w = at(prefix, "weights");
+        let w = at(prefix, "weights").path();
         for (field, v) in [
             ("binpack", self.weights.binpack),
             ("fragmentation", self.weights.fragmentation),

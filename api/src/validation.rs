@@ -5,6 +5,7 @@
 //! simulator must apply exactly the same rules. Every error names its field with the camelCase
 //! JSON path the user wrote (`spec.podSets[0].gpusPerPod`), never a Rust field name.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -126,12 +127,73 @@ macro_rules! impl_validate {
 }
 pub(crate) use impl_validate;
 
+/// A field's path below a prefix, written out only when a problem is reported there: a sound
+/// document (nearly every submission) is checked without building a string per field.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct At<'a> {
+    prefix: &'a str,
+    field: &'a str,
+}
+
+impl<'a> At<'a> {
+    /// The path as a prefix for nested checks; borrowed, without a copy, at the top level.
+    pub(crate) fn path(self) -> Cow<'a, str> {
+        if self.prefix.is_empty() {
+            Cow::Borrowed(self.field)
+        } else {
+            Cow::Owned(self.to_string())
+        }
+    }
+}
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.prefix.is_empty() {
+            f.write_str(self.field)
+        } else {
+            write!(f, "{}.{}", self.prefix, self.field)
+        }
+    }
+}
+
 /// Joins a path prefix and a relative field path.
-pub(crate) fn at(prefix: &str, field: &str) -> String {
-    if prefix.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{prefix}.{field}")
+pub(crate) fn at<'a>(prefix: &'a str, field: &'a str) -> At<'a> {
+    At { prefix, field }
+}
+
+/// What a check accepts as the field it reports on: a path already built, or one to build
+/// only if the check fails.
+pub(crate) trait FieldPath {
+    fn into_path(self) -> String;
+}
+
+impl FieldPath for String {
+    fn into_path(self) -> String {
+        self
+    }
+}
+
+impl FieldPath for &str {
+    fn into_path(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl FieldPath for &String {
+    fn into_path(self) -> String {
+        self.clone()
+    }
+}
+
+impl FieldPath for Cow<'_, str> {
+    fn into_path(self) -> String {
+        self.into_owned()
+    }
+}
+
+impl FieldPath for At<'_> {
+    fn into_path(self) -> String {
+        self.to_string()
     }
 }
 
@@ -160,8 +222,8 @@ pub(crate) struct Checker {
 }
 
 impl Checker {
-    pub(crate) fn push(&mut self, field: impl Into<String>, reason: impl Into<String>) {
-        self.errors.push(FieldError::new(field, reason));
+    pub(crate) fn push(&mut self, field: impl FieldPath, reason: impl Into<String>) {
+        self.errors.push(FieldError::new(field.into_path(), reason));
     }
 
     /// Problems found so far; a check that only makes sense on sound input compares it.
@@ -198,11 +260,11 @@ impl Checker {
                 format!("must be {expected_kind:?}, got {kind:?}"),
             );
         }
-        metadata.check_at(&at(prefix, "metadata"), self);
+        metadata.check_at(&at(prefix, "metadata").path(), self);
     }
 
     /// A DNS-1123 label: the names of resources and the things they refer to by name.
-    pub(crate) fn name(&mut self, field: impl Into<String>, value: &str) {
+    pub(crate) fn name(&mut self, field: impl FieldPath, value: &str) {
         if let Err(e) = meta::validate_name(value) {
             self.push(field, e.to_string());
         }
@@ -210,7 +272,7 @@ impl Checker {
 
     /// Looser than a name: flavors ("H100"), regions, GPU models and user names come from
     /// outside Tideway and keep their own spelling.
-    pub(crate) fn identifier(&mut self, field: impl Into<String>, value: &str) {
+    pub(crate) fn identifier(&mut self, field: impl FieldPath, value: &str) {
         let reason = if value.is_empty() {
             Some("must not be empty".to_owned())
         } else if value.len() > meta::MAX_NAME_LEN {
@@ -237,7 +299,7 @@ impl Checker {
     }
 
     /// Free text that only needs to be present and bounded.
-    pub(crate) fn text(&mut self, field: impl Into<String>, value: &str) {
+    pub(crate) fn text(&mut self, field: impl FieldPath, value: &str) {
         if value.trim().is_empty() {
             self.push(field, "must not be empty");
         } else if value.len() > MAX_TEXT_LEN {
@@ -249,7 +311,7 @@ impl Checker {
     }
 
     /// `min..=max`, with the bound in the message so the user knows what would pass.
-    pub(crate) fn range<T>(&mut self, field: impl Into<String>, value: T, min: T, max: T)
+    pub(crate) fn range<T>(&mut self, field: impl FieldPath, value: T, min: T, max: T)
     where
         T: PartialOrd + fmt::Display + Copy,
     {
@@ -268,9 +330,23 @@ impl Checker {
     where
         I: IntoIterator<Item = &'a str>,
     {
+        // Lists are short (pod sets, regions): a few on the stack are compared in place, so a
+        // sound list costs no allocation; a set only past that.
+        const ON_STACK: usize = 8;
+        let mut few: [&str; ON_STACK] = [""; ON_STACK];
         let mut seen = std::collections::BTreeSet::new();
         for (i, key) in keys.into_iter().enumerate() {
-            if !seen.insert(key) {
+            let repeated = if i < ON_STACK {
+                let repeated = few[..i].contains(&key);
+                few[i] = key;
+                repeated
+            } else {
+                if i == ON_STACK {
+                    seen.extend(few);
+                }
+                !seen.insert(key)
+            };
+            if repeated {
                 let field = if item_field.is_empty() {
                     format!("{}[{i}]", at(prefix, list))
                 } else {
@@ -309,6 +385,51 @@ mod tests {
         assert!(errs.has_field("b"));
         assert!(errs.has_field("c"));
         assert!(errs.has_field("spec.podSets[2].name"));
+    }
+
+    #[test]
+    fn duplicates_are_found_on_either_side_of_the_stack_bound() {
+        // Every key named twice once; the second ones at 3 (within the first eight), at 9
+        // (of one from the first eight) and at 11 (of one past them).
+        let keys = [
+            "a", "b", "c", "a", "d", "e", "f", "g", "h", "b", "i", "i", "j",
+        ];
+        let mut c = Checker::default();
+        c.unique("spec", "podSets", "name", keys);
+        let errs = c.finish().unwrap_err();
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.podSets[3].name",
+                "spec.podSets[9].name",
+                "spec.podSets[11].name"
+            ]
+        );
+        let mut c = Checker::default();
+        c.unique("", "regions", "", ["x", "y"]);
+        assert!(c.finish().is_ok(), "two distinct keys");
+        let many: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let mut c = Checker::default();
+        c.unique("", "regions", "", many.iter().map(String::as_str));
+        assert!(c.finish().is_ok(), "forty distinct keys");
+    }
+
+    #[test]
+    fn a_path_is_the_same_built_late_or_early() {
+        assert_eq!(at("", "spec").to_string(), "spec");
+        assert_eq!(at("spec", "queue").to_string(), "spec.queue");
+        assert!(matches!(at("", "spec").path(), Cow::Borrowed("spec")));
+        assert_eq!(
+            at("spec.podSets[0]", "flavor").path(),
+            "spec.podSets[0].flavor"
+        );
+        let mut c = Checker::default();
+        c.name(at("spec", "queue"), "Bad_Queue");
+        c.range(at("spec.podSets[1]", "count"), 0u32, 1, 8);
+        let errs = c.finish().unwrap_err();
+        assert!(errs.has_field("spec.queue"), "{errs}");
+        assert!(errs.has_field("spec.podSets[1].count"), "{errs}");
     }
 
     #[test]

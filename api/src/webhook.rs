@@ -167,7 +167,7 @@ impl CheckAt for Webhook {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        let p = at(prefix, "spec");
+        let p = at(prefix, "spec").path();
         let s = &self.spec;
         let url = s.url.trim();
         if !(url.starts_with("http://") || url.starts_with("https://")) {

@@ -862,7 +862,7 @@ impl CheckAt for Workload {
             <Self as crate::meta::Resource>::KIND,
             &self.metadata,
         );
-        self.spec.check_at(&at(prefix, "spec"), c);
+        self.spec.check_at(&at(prefix, "spec").path(), c);
     }
 }
 
@@ -912,7 +912,7 @@ impl CheckAt for WorkloadSpec {
         }
 
         if let Some(placement) = &self.placement {
-            let pp = at(p, "placement");
+            let pp = at(p, "placement").path();
             for (i, region) in placement.regions.iter().enumerate() {
                 c.identifier(format!("{}[{i}]", at(&pp, "regions")), region);
             }

@@ -93,12 +93,12 @@ pub fn submission_digest(w: &Workload) -> SubmissionDigest {
         },
         spec,
     };
-    let mut hash = HashWriter(ring::digest::Context::new(&ring::digest::SHA256));
+    let mut hash = HashWriter::new();
     // Serializing plain data into a hash does not fail; were it to, the digest of what was
     // written so far would only make such submissions compare equal, never corrupt state.
     let _ = serde_json::to_writer(&mut hash, &view);
     let mut out = [0u8; 32];
-    out.copy_from_slice(hash.0.finish().as_ref());
+    out.copy_from_slice(hash.finish().as_ref());
     SubmissionDigest(out)
 }
 
@@ -127,12 +127,46 @@ fn no_entries(m: &&BTreeMap<String, String>) -> bool {
 }
 
 /// Feeds written bytes to a SHA-256 context.
-struct HashWriter(ring::digest::Context);
+/// Feeds the hash in blocks: serde_json writes a workload as a hundred or so fragments (a
+/// quote, a key, a comma), and each `update` of the hash has a fixed cost of its own, which
+/// was about a third of the digest's time. The bytes hashed are the same.
+struct HashWriter {
+    hash: ring::digest::Context,
+    buf: [u8; HASH_BLOCK],
+    len: usize,
+}
+
+/// Four SHA-256 blocks: the hash takes whole blocks without copying them again.
+const HASH_BLOCK: usize = 256;
+
+impl HashWriter {
+    fn new() -> Self {
+        Self {
+            hash: ring::digest::Context::new(&ring::digest::SHA256),
+            buf: [0; HASH_BLOCK],
+            len: 0,
+        }
+    }
+
+    fn finish(mut self) -> ring::digest::Digest {
+        self.hash.update(&self.buf[..self.len]);
+        self.hash.finish()
+    }
+}
 
 impl std::io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.len + bytes.len() > HASH_BLOCK {
+            self.hash.update(&self.buf[..self.len]);
+            self.len = 0;
+            if bytes.len() >= HASH_BLOCK {
+                self.hash.update(bytes);
+                return Ok(bytes.len());
+            }
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -194,6 +228,30 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_hash_in_blocks_is_the_hash_of_the_bytes() {
+        use std::io::Write;
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Fragments below, at and above the block, and ones that end exactly on it.
+        let sizes = [0, 1, 255, 256, 257, 1000, 3, 256, 0, 17, 511];
+        let mut w = HashWriter::new();
+        let mut at = 0;
+        for n in sizes.iter().cycle() {
+            let n = (*n).min(bytes.len() - at);
+            assert_eq!(w.write(&bytes[at..at + n]).expect("write"), n);
+            at += n;
+            if at == bytes.len() {
+                break;
+            }
+        }
+        let whole = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        assert_eq!(w.finish().as_ref(), whole.as_ref());
+        assert_eq!(
+            HashWriter::new().finish().as_ref(),
+            ring::digest::digest(&ring::digest::SHA256, b"").as_ref()
+        );
     }
 
     /// The digest as earlier versions made it: a copy with the stamps cleared, as JSON.
