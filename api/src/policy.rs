@@ -304,8 +304,8 @@ impl CheckAt for Policy {
             100,
         );
         st.tuning.check(&at(&sp, "tuning").path(), c);
-        let default_pc = at(&sp, "defaultPriorityClass").path();
-        c.name(default_pc.clone(), &st.default_priority_class);
+        let default_pc = at(&sp, "defaultPriorityClass");
+        c.name(default_pc, &st.default_priority_class);
         if !s.priority_classes.is_empty() && s.priority_class(&st.default_priority_class).is_none()
         {
             c.push(

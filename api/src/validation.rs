@@ -179,12 +179,6 @@ impl FieldPath for &str {
     }
 }
 
-impl FieldPath for &String {
-    fn into_path(self) -> String {
-        self.clone()
-    }
-}
-
 impl FieldPath for Cow<'_, str> {
     fn into_path(self) -> String {
         self.into_owned()

@@ -126,8 +126,7 @@ fn no_entries(m: &&BTreeMap<String, String>) -> bool {
     m.is_empty()
 }
 
-/// Feeds written bytes to a SHA-256 context.
-/// Feeds the hash in blocks: serde_json writes a workload as a hundred or so fragments (a
+/// Feeds written bytes to a SHA-256 context, in blocks: serde_json writes a workload as a hundred or so fragments (a
 /// quote, a key, a comma), and each `update` of the hash has a fixed cost of its own, which
 /// was about a third of the digest's time. The bytes hashed are the same.
 struct HashWriter {
