@@ -6,13 +6,14 @@
 //! machine, snapshots, transport) and `state` (the replicated data and its pure apply).
 //! `metrics` is the registry the layers record into; the server renders it. `hex` is the
 //! lowercase hex the stored digests use; `scale_mix` the workloads the scale bench submits; `two_threads` splits a
-//! restart's work over two threads.
+//! restart's work over two threads, `parallel_encode` a snapshot's encoding over several.
 
 pub mod dispatcher;
 pub mod hex;
 pub mod memory;
 pub mod metrics;
 pub mod node;
+pub(crate) mod parallel_encode;
 pub mod propose;
 pub mod raft;
 pub mod scale_mix;

@@ -90,6 +90,7 @@ impl DirectWriter {
 }
 
 impl Write for DirectWriter {
+    #[inline]
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         let n = data.len().min(CHUNK - self.len);
         let at = self.start + self.len;

@@ -29,6 +29,7 @@ pub const ANONYMOUS: &str = "anonymous";
 #[serde(rename_all = "camelCase")]
 pub struct AuditTrail {
     /// Persistent (see [`super::workloads`]): a copy of the trail under the state lock is O(1).
+    #[serde(serialize_with = "crate::parallel_encode::vector")]
     pub events: imbl::Vector<AuditEvent>,
     pub next_seq: u64,
     /// The policy version in force (see `state::policy`).

@@ -62,12 +62,16 @@ pub struct FederationState {
     /// The names, UIDs and keys these indexes hold are shared (`Arc<str>`, encoded as plain
     /// strings): one submission's name is in three of them (order, UIDs, its record), its
     /// UID and its key in two.
+    #[serde(serialize_with = "crate::parallel_encode::ordmap")]
     pub order: imbl::OrdMap<u64, Arc<str>>,
     pub next_seq: u64,
+    #[serde(serialize_with = "crate::parallel_encode::ordmap")]
     pub idempotency: imbl::OrdMap<Arc<str>, IdempotencyRecord>,
     /// Idempotency keys by the time they were recorded, so expiry costs O(log n), not a scan.
+    #[serde(serialize_with = "crate::parallel_encode::ordset")]
     pub idempotency_expiry: imbl::OrdSet<(DateTime<Utc>, Arc<str>)>,
     /// UID to name.
+    #[serde(serialize_with = "crate::parallel_encode::ordmap")]
     pub uids: imbl::OrdMap<Arc<str>, Arc<str>>,
     pub queues: BTreeMap<String, Queue>,
     pub priority_classes: BTreeMap<String, PriorityClass>,

@@ -226,8 +226,9 @@ impl PartialEq for Workloads {
 }
 
 impl Serialize for Workloads {
+    /// The map alone (a snapshot encodes it on several threads, see `parallel_encode`).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.map.serialize(s)
+        crate::parallel_encode::ordmap(&self.map, s)
     }
 }
 
