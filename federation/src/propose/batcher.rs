@@ -54,18 +54,14 @@ impl Proposer {
 
 async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, Reply)>) {
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut last_len = 0;
     while let Some(first) = rx.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        // Drain after the permit: while all slots are busy, the queue grows into a bigger batch.
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
-            }
-        }
+        // Gather after the permit: while all slots are busy, the queue grows into a bigger batch.
+        let batch = gather(first, &mut rx, last_len).await;
+        last_len = batch.len();
         let raft = raft.clone();
         let forwarder = forwarder.clone();
         tokio::spawn(async move {
@@ -85,6 +81,55 @@ async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, 
             }
             drop(permit);
         });
+    }
+}
+
+/// The most times a batch smaller than the last one lets the node's other tasks run before
+/// it is proposed (see [`gather`]).
+const MAX_LINGER_YIELDS: usize = 32;
+/// ... and the longest it lingers so, however long those tasks take. Under load a linger
+/// outlasts half a millisecond: bounded at 0.5 ms the rate rose 3%, at 5 ms as unbounded.
+const MAX_LINGER: Duration = Duration::from_millis(5);
+
+/// The batch that starts with `first`: everything queued behind it, and, when that is fewer
+/// than the last batch held (`last_len`), what the node's other tasks queue while it yields
+/// to them a few times, until it is as large as the last one.
+///
+/// Why: with one batch in flight, the clients a batch answers send their next submissions
+/// while the next batch is already being cut, so under a steady load the batches alternate
+/// between the clients answered and the rest, each about half of them, and every entry's
+/// fixed costs (its append RPC per follower, a log write per node, openraft's round) are paid
+/// by half as many submissions as could share them. The answered clients' submissions are
+/// usually already arriving, decoded and validated by handler tasks that only need to run;
+/// letting them run before the entry is cut took the rate up about 8% (64 clients at the
+/// leader, same-time runs, docs/operations.md). A lone client never waits (its last batch
+/// was one), and yielding with nothing else to run returns at once.
+async fn gather<T>(first: T, rx: &mut mpsc::Receiver<T>, last_len: usize) -> Vec<T> {
+    let mut batch = vec![first];
+    drain(&mut batch, rx);
+    let want = last_len.min(MAX_BATCH);
+    if batch.len() >= want {
+        return batch;
+    }
+    // A bound on the wait, not a time anything is decided by: the real clock.
+    let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
+    for _ in 0..MAX_LINGER_YIELDS {
+        tokio::task::yield_now().await;
+        drain(&mut batch, rx);
+        if batch.len() >= want || started.elapsed() >= MAX_LINGER {
+            break;
+        }
+    }
+    batch
+}
+
+/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
+fn drain<T>(batch: &mut Vec<T>, rx: &mut mpsc::Receiver<T>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
     }
 }
 
@@ -187,5 +232,65 @@ pub async fn commit_local(
             Err(ProposeError::ShuttingDown)
         }
         Err(e) => Err(ProposeError::Unavailable(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Submissions that other tasks are about to queue: each of `n` tasks yields `after` times
+    /// (a handler decoding its request), then sends.
+    fn producers(tx: &mpsc::Sender<u32>, n: u32, after: usize) {
+        for i in 0..n {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                for _ in 0..after {
+                    tokio::task::yield_now().await;
+                }
+                let _ = tx.send(i).await;
+            });
+        }
+    }
+
+    /// On one thread, so which task runs when is fixed: a batch smaller than the last one
+    /// lets the tasks about to submit run and takes what they queue; one already as large as
+    /// the last does not wait for them; nothing lingers past the yields when no more come.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_waits_for_submissions_about_to_arrive_only_when_the_last_was_larger() {
+        let (tx, mut rx) = mpsc::channel(MAX_BATCH * 2);
+        producers(&tx, 10, 2);
+        let batch = gather(100, &mut rx, 11).await;
+        assert_eq!(
+            batch.len(),
+            11,
+            "the ten on their way were taken: {batch:?}"
+        );
+        assert_eq!(batch[0], 100);
+
+        producers(&tx, 10, 2);
+        let batch = gather(100, &mut rx, 1).await;
+        assert_eq!(
+            batch,
+            vec![100],
+            "a batch as large as the last is cut at once"
+        );
+        let rest = gather(101, &mut rx, 11).await;
+        assert_eq!(rest.len(), 11, "the ten come in the next: {rest:?}");
+
+        // More were expected than come: it stops after its yields, with what it has.
+        producers(&tx, 3, 1);
+        let batch = gather(100, &mut rx, 50).await;
+        assert_eq!(batch.len(), 4);
+        assert!(rx.try_recv().is_err());
+
+        // Never more than an entry holds, even when more wait.
+        for i in 0..(MAX_BATCH as u32 + 5) {
+            tx.send(i).await.expect("queued");
+        }
+        let batch = gather(7, &mut rx, MAX_BATCH * 4).await;
+        assert_eq!(batch.len(), MAX_BATCH);
+        let rest = gather(8, &mut rx, 0).await;
+        assert_eq!(rest.len(), 7);
     }
 }
