@@ -20,6 +20,15 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  # Until they are gone: a node still dying holds its port, and the next round's node on that
+  # port would fail to bind (a rate of 0 for that side).
+  # (A zombie has let go of its sockets already; at most 5 s per node.)
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do
+      grep -qs '^State:[[:space:]]*[^Z]' "/proc/$p/status" || break
+      sleep 0.1
+    done
+  done
   pids=()
 }
 trap 'cleanup; rm -rf "$tmp"' EXIT
