@@ -185,6 +185,21 @@ fn workers() -> usize {
 
 type Encode<T> = fn(&T, &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error>;
 
+/// A snapshot is background work: its workers run at a lower priority (nice 10) than the
+/// threads that serve requests. At a million workloads on two cores, the three nodes'
+/// snapshots fell together and `cluster status` answered in 21-27 ms at p99 while they ran,
+/// against 5.7 ms when they did not. Best effort: where the system refuses, they run as
+/// they are.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` and `setpriority` take and return plain integers; this changes only
+    // the calling thread's nice value (on Linux a priority set by thread id is per thread).
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 /// Encodes `items` in chunks on worker threads and writes the chunks to `w` in order. Each
 /// worker takes every n-th chunk, and at most two chunks per worker are in flight, so no
 /// channel ever fills: neither side waits on the other but for work. Where no thread can be
@@ -206,6 +221,7 @@ fn encode_in_chunks<T: Send>(
             let spawned = std::thread::Builder::new()
                 .name("snapshot-encode".into())
                 .spawn_scoped(s, move || {
+                    lower_priority();
                     for chunk in job_rx {
                         let mut buf = Vec::with_capacity(1 << 20);
                         let encoded = chunk

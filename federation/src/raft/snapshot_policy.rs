@@ -66,11 +66,34 @@ pub async fn snapshot_loop(
             if raft.trigger().snapshot().await.is_err() {
                 return;
             }
-            // Give the build time to start before asking again: a build in progress does not
-            // show in the metrics until it is done.
-            tokio::time::sleep(CHECK_EVERY * 4).await;
+            until_built(&raft, snapshot).await;
         }
     }
+}
+
+/// The longest a node waits for a snapshot it asked for before it may ask again (one that
+/// failed never shows).
+const MAX_BUILD_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until the metrics show a snapshot other than `before`: the one just asked for, built.
+/// A build in progress does not show in the metrics until it is done, and asking again
+/// meanwhile queues a second build behind the first: at a million workloads nodes wrote two
+/// 5 s snapshots back to back, the second 800 entries after the first, when the loop waited
+/// a fixed second instead.
+async fn until_built(raft: &Raft, before: Option<u64>) {
+    use openraft::async_runtime::watch::WatchReceiver;
+    let mut rx = raft.metrics();
+    let _ = tokio::time::timeout(MAX_BUILD_WAIT, async {
+        loop {
+            if rx.borrow_watched().snapshot.map(|l| l.index()) != before {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
