@@ -81,19 +81,15 @@ const MAX_BUILD_WAIT: Duration = Duration::from_secs(120);
 /// 5 s snapshots back to back, the second 800 entries after the first, when the loop waited
 /// a fixed second instead.
 async fn until_built(raft: &Raft, before: Option<u64>) {
-    use openraft::async_runtime::watch::WatchReceiver;
-    let mut rx = raft.metrics();
-    let _ = tokio::time::timeout(MAX_BUILD_WAIT, async {
-        loop {
-            if rx.borrow_watched().snapshot.map(|l| l.index()) != before {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
+    // Times out (a build that failed never shows) or sees the snapshot: either way the loop
+    // goes on.
+    let _ = raft
+        .wait(Some(MAX_BUILD_WAIT))
+        .metrics(
+            |m| m.snapshot.map(|l| l.index()) != before,
+            "snapshot built",
+        )
+        .await;
 }
 
 #[cfg(test)]
