@@ -383,37 +383,45 @@ mod sum_tests {
     }
 }
 
+/// A state of `n` submissions as a leader applies them (workload `w{i}`, UID, idempotency key,
+/// a time per submission), for the snapshot tests.
 #[cfg(test)]
-mod split_decode_tests {
+fn submitted_state(n: u64) -> FederationState {
+    use crate::state::command::Command;
     use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
 
+    let mut state = FederationState::default();
+    for i in 1..=n {
+        let spec = WorkloadSpec::new(
+            "default",
+            WorkloadClass::Training,
+            vec![PodSet::new("p", 1, 1 + (i % 3) as u32, "H100")],
+        );
+        let mut w = Workload::new(format!("w{i}"), spec);
+        w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
+        let at = chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time");
+        state.apply(
+            i,
+            Command::SubmitWorkload {
+                workload: Box::new(w),
+                idempotency_key: format!("key-{i}"),
+                at,
+                digest: None,
+            },
+        );
+    }
+    state
+}
+
+#[cfg(test)]
+mod split_decode_tests {
     use super::*;
-    use crate::state::command::Command;
 
     /// The two-thread decode gives the state the one-thread decode gives, it really splits
     /// (the workloads map is found), and a body it cannot scan is refused as before.
     #[test]
     fn a_snapshot_decoded_on_two_threads_is_the_snapshot_decoded_on_one() {
-        let mut state = FederationState::default();
-        for i in 1..=50u64 {
-            let spec = WorkloadSpec::new(
-                "default",
-                WorkloadClass::Training,
-                vec![PodSet::new("p", 1, 1 + (i % 3) as u32, "H100")],
-            );
-            let mut w = Workload::new(format!("w{i}"), spec);
-            w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
-            let at = chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time");
-            state.apply(
-                i,
-                Command::SubmitWorkload {
-                    workload: Box::new(w),
-                    idempotency_key: format!("key-{i}"),
-                    at,
-                    digest: None,
-                },
-            );
-        }
+        let state = submitted_state(50);
         assert_eq!(state.workloads.len(), 50);
         let membership = StoredMembership::default();
         let bytes = rmp_serde::to_vec_named(&SnapshotFormatRef::V1(SnapshotBodyRef {
@@ -445,38 +453,11 @@ mod split_decode_tests {
 /// two chunks.
 #[cfg(test)]
 mod parallel_encode_tests {
-    use tideway_api::{PodSet, Workload, WorkloadClass, WorkloadSpec};
-
     use super::*;
-    use crate::state::command::Command;
 
     #[test]
     fn a_snapshot_encoded_on_several_threads_is_the_same_bytes() {
-        let mut state = FederationState::default();
-        for i in 1..=2_500u64 {
-            let spec = WorkloadSpec::new(
-                "default",
-                WorkloadClass::Training,
-                vec![PodSet::new(
-                    "p",
-                    1 + (i % 2) as u32,
-                    1 + (i % 3) as u32,
-                    "H100",
-                )],
-            );
-            let mut w = Workload::new(format!("w{i}"), spec);
-            w.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
-            let at = chrono::DateTime::from_timestamp(1_800_000_000 + i as i64, 0).expect("time");
-            state.apply(
-                i,
-                Command::SubmitWorkload {
-                    workload: Box::new(w),
-                    idempotency_key: format!("key-{i}"),
-                    at,
-                    digest: None,
-                },
-            );
-        }
+        let state = submitted_state(2_500);
         assert_eq!(state.audit.events.len(), 2_500);
         let membership = StoredMembership::default();
         let body = SnapshotFormatRef::V1(SnapshotBodyRef {
