@@ -146,17 +146,7 @@ where
     A: Serialize + Ord + Clone + Send + Sync + 'static,
     S: Serializer,
 {
-    if !active() {
-        return set.serialize(s);
-    }
-    let header = s.serialize_seq(Some(set.len()))?;
-    let set = set.clone();
-    defer(Box::new(move |w| {
-        encode_in_chunks(w, set.iter(), |a, buf| {
-            rmp_serde::encode::write_named(buf, a)
-        })
-    }));
-    header.end()
+    seq(set, set.len(), s)
 }
 
 /// `serialize_with` for a persistent vector that grows with the workloads.
@@ -165,13 +155,27 @@ where
     A: Serialize + Clone + Send + Sync + 'static,
     S: Serializer,
 {
+    seq(v, v.len(), s)
+}
+
+/// A sequence of `len` elements (a set or a vector): its own `Serialize`, or inside
+/// [`write_named`] its header and a job for its elements.
+fn seq<C, A, S>(c: &C, len: usize, s: S) -> Result<S::Ok, S::Error>
+where
+    C: Serialize + Clone + 'static,
+    for<'a> &'a C: IntoIterator<Item = &'a A>,
+    A: Serialize + Sync + 'static,
+    S: Serializer,
+{
     if !active() {
-        return v.serialize(s);
+        return c.serialize(s);
     }
-    let header = s.serialize_seq(Some(v.len()))?;
-    let v = v.clone();
+    let header = s.serialize_seq(Some(len))?;
+    let c = c.clone();
     defer(Box::new(move |w| {
-        encode_in_chunks(w, v.iter(), |a, buf| rmp_serde::encode::write_named(buf, a))
+        encode_in_chunks(w, (&c).into_iter(), |a, buf| {
+            rmp_serde::encode::write_named(buf, a)
+        })
     }));
     header.end()
 }
