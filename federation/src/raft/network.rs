@@ -1,4 +1,5 @@
-//! The Raft transport's client side: one HTTP POST per RPC, MessagePack bodies.
+//! The Raft transport's client side: appends as frames of an append stream
+//! (`super::append_stream`), every other RPC as an HTTP POST; MessagePack bodies.
 //!
 //! A [`PeerFilter`] lets tests cut this node off from chosen peers (a network partition that
 //! real processes can feel); it is only switched on when fault injection is enabled.
@@ -19,6 +20,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::append_stream::{self, AppendStream, Opened, StreamError};
 use super::log_tail::LogTail;
 use super::node_info::NodeInfo;
 use super::peer_plane::PeerPlane;
@@ -120,6 +122,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             filter: self.filter.clone(),
             plane: self.plane.clone(),
             tail: self.tail.clone(),
+            stream: std::sync::Mutex::new(None),
+            posts_only: false,
         }
     }
 }
@@ -131,6 +135,21 @@ pub struct PeerClient {
     filter: PeerFilter,
     plane: PeerPlane,
     tail: SharedTail,
+    /// The append stream to the peer, once open. Taken out for each call and put back only
+    /// when the call completed, so a call that failed or was abandoned (its time ran out)
+    /// leaves no half-read answer behind for the next. In a mutex only because openraft
+    /// wants its clients `Sync`; a call has `&mut self` and reaches it with `get_mut`, never
+    /// locking.
+    stream: std::sync::Mutex<Option<AppendStream>>,
+    /// The peer does not serve append streams (a node from before them): POST appends.
+    posts_only: bool,
+}
+
+/// How an append went over the stream.
+enum StreamCall {
+    Answer(Vec<u8>),
+    /// The peer does not serve streams.
+    Unsupported,
 }
 
 impl PeerClient {
@@ -158,11 +177,8 @@ impl PeerClient {
     where
         Resp: DeserializeOwned,
     {
-        if self.filter.is_blocked(self.target) {
-            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
-                "node {} is partitioned away (fault injection)",
-                self.target
-            ))));
+        if let Some(e) = self.partitioned() {
+            return Err(e);
         }
         let url = self.plane.url(&self.addr, &format!("/raft/{path}"));
         let resp = self
@@ -191,10 +207,66 @@ impl PeerClient {
                 String::from_utf8_lossy(&bytes)
             ))));
         }
-        let res: Result<Resp, RaftError<TypeConfig>> = rmp_serde::from_slice(&bytes)
-            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-        res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
+        decode_answer(&bytes)
     }
+
+    fn keep(&mut self, stream: AppendStream) {
+        if let Ok(slot) = self.stream.get_mut() {
+            *slot = Some(stream);
+        }
+    }
+
+    fn partitioned(&self) -> Option<RPCError<TypeConfig>> {
+        self.filter.is_blocked(self.target).then(|| {
+            RPCError::Unreachable(Unreachable::from_string(format!(
+                "node {} is partitioned away (fault injection)",
+                self.target
+            )))
+        })
+    }
+
+    /// One append over the stream, opening it first if need be. A kept stream that fails
+    /// (the peer restarted, or closed an idle connection) is replaced once and the frame
+    /// sent again: appending entries a follower already holds changes nothing, so a resend
+    /// is safe even if the first copy arrived.
+    async fn stream_call(&mut self, frame: &[u8]) -> Result<StreamCall, StreamError> {
+        let kept = self.stream.get_mut().ok().and_then(Option::take);
+        let had_one = kept.is_some();
+        let mut stream = match kept {
+            Some(s) => s,
+            None => match append_stream::open(&self.http, &self.plane, &self.addr).await? {
+                Opened::Stream(s) => s,
+                Opened::Unsupported => return Ok(StreamCall::Unsupported),
+            },
+        };
+        match stream.call(frame).await {
+            Ok(answer) => {
+                self.keep(stream);
+                Ok(StreamCall::Answer(answer))
+            }
+            Err(e) if had_one => {
+                tracing::debug!("{e} (to node {}); opening a new stream", self.target);
+                drop(stream);
+                match append_stream::open(&self.http, &self.plane, &self.addr).await? {
+                    Opened::Stream(mut s) => {
+                        let answer = s.call(frame).await?;
+                        self.keep(s);
+                        Ok(StreamCall::Answer(answer))
+                    }
+                    Opened::Unsupported => Ok(StreamCall::Unsupported),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// An RPC's answer: the peer's `Result` as MessagePack. The peer's Raft refusing is reported
+/// as unreachable, as it always was.
+fn decode_answer<Resp: DeserializeOwned>(bytes: &[u8]) -> Result<Resp, RPCError<TypeConfig>> {
+    let res: Result<Resp, RaftError<TypeConfig>> = rmp_serde::from_slice(bytes)
+        .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+    res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
@@ -206,9 +278,34 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let ttl = append_ttl(!rpc.entries.is_empty(), &option);
-        let body = encode_append(&rpc, &self.tail)
+        if self.posts_only {
+            let body = encode_append(&rpc, &self.tail)
+                .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+            return self.call_encoded("append", body, ttl).await;
+        }
+        if let Some(e) = self.partitioned() {
+            return Err(e);
+        }
+        let frame = append_stream::frame(|buf| encode_append_into(&rpc, &self.tail, buf))
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-        self.call_encoded("append", body, ttl).await
+        match tokio::time::timeout(ttl, self.stream_call(&frame)).await {
+            Ok(Ok(StreamCall::Answer(bytes))) => decode_answer(&bytes),
+            Ok(Ok(StreamCall::Unsupported)) => {
+                tracing::info!(
+                    "node {} does not serve append streams; sending it appends as POSTs",
+                    self.target
+                );
+                self.posts_only = true;
+                let body = append_stream::body(&frame).to_vec();
+                self.call_encoded("append", body, ttl).await
+            }
+            Ok(Err(e)) if e.is_connect() => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Ok(Err(e)) => Err(RPCError::Network(NetworkError::new(&e))),
+            Err(_) => Err(RPCError::Network(NetworkError::from_string(format!(
+                "append stream: no answer from node {} within {ttl:?}",
+                self.target
+            )))),
+        }
     }
 
     async fn vote(
@@ -264,6 +361,17 @@ pub fn encode_append(
     rpc: &AppendEntriesRequest<TypeConfig>,
     tail: &SharedTail,
 ) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    encode_append_into(rpc, tail, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`encode_append`], appended to `buf` (after an append stream frame's length prefix).
+pub fn encode_append_into(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+    tail: &SharedTail,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
     use openraft::entry::RaftEntry;
     let held: Option<Vec<Arc<[u8]>>> = match tail.lock() {
         Ok(t) => rpc
@@ -276,27 +384,27 @@ pub fn encode_append(
             .collect(),
         Err(_) => None,
     };
-    let Some(held) = held.filter(|h| !h.is_empty()) else {
-        return rmp_serde::to_vec_named(rpc).map_err(|e| e.to_string());
-    };
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let mut buf = Vec::with_capacity(128 + held.iter().map(|b| b.len()).sum::<usize>());
+    let Some(held) = held.filter(|h| !h.is_empty()) else {
+        return rmp_serde::encode::write_named(buf, rpc).map_err(|e| err(&e));
+    };
+    buf.reserve(128 + held.iter().map(|b| b.len()).sum::<usize>());
     // The derived `Serialize` of the request with named fields: a map of its four fields in
     // declaration order.
-    rmp::encode::write_map_len(&mut buf, 4).map_err(|e| err(&e))?;
-    rmp::encode::write_str(&mut buf, "vote").map_err(|e| err(&e))?;
-    rmp_serde::encode::write_named(&mut buf, &rpc.vote).map_err(|e| err(&e))?;
-    rmp::encode::write_str(&mut buf, "prev_log_id").map_err(|e| err(&e))?;
-    rmp_serde::encode::write_named(&mut buf, &rpc.prev_log_id).map_err(|e| err(&e))?;
-    rmp::encode::write_str(&mut buf, "entries").map_err(|e| err(&e))?;
+    rmp::encode::write_map_len(buf, 4).map_err(|e| err(&e))?;
+    rmp::encode::write_str(buf, "vote").map_err(|e| err(&e))?;
+    rmp_serde::encode::write_named(buf, &rpc.vote).map_err(|e| err(&e))?;
+    rmp::encode::write_str(buf, "prev_log_id").map_err(|e| err(&e))?;
+    rmp_serde::encode::write_named(buf, &rpc.prev_log_id).map_err(|e| err(&e))?;
+    rmp::encode::write_str(buf, "entries").map_err(|e| err(&e))?;
     let n = u32::try_from(held.len()).map_err(|e| err(&e))?;
-    rmp::encode::write_array_len(&mut buf, n).map_err(|e| err(&e))?;
+    rmp::encode::write_array_len(buf, n).map_err(|e| err(&e))?;
     for bytes in &held {
         buf.extend_from_slice(bytes);
     }
-    rmp::encode::write_str(&mut buf, "leader_commit").map_err(|e| err(&e))?;
-    rmp_serde::encode::write_named(&mut buf, &rpc.leader_commit).map_err(|e| err(&e))?;
-    Ok(buf)
+    rmp::encode::write_str(buf, "leader_commit").map_err(|e| err(&e))?;
+    rmp_serde::encode::write_named(buf, &rpc.leader_commit).map_err(|e| err(&e))?;
+    Ok(())
 }
 
 #[cfg(test)]

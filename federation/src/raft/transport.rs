@@ -44,31 +44,43 @@ impl axum::extract::FromRef<Peer> for Raft {
     }
 }
 
-async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
-    let decoded = match super::received::decode_append(&body) {
+/// Decodes an append RPC, hands it to Raft and encodes the answer: the work of one append,
+/// whether it came as a POST of its own or as a frame of an append stream.
+async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, String> {
+    let req = match super::received::decode_append(body) {
         Some((req, spans)) => {
             if let Some(first) = spans.first().map(|(id, _)| id.index()) {
                 peer.received.offer(first, spans);
             }
-            Ok(req)
+            req
         }
-        None => rmp_serde::from_slice(&body),
+        None => rmp_serde::from_slice(body).map_err(|e| e.to_string())?,
     };
-    match decoded {
-        Ok(req) => {
-            let res = peer.raft.append_entries(req).await;
-            if matches!(
-                res,
-                Ok(AppendEntriesResponse::Success
-                    | AppendEntriesResponse::PartialSuccess(_)
-                    | AppendEntriesResponse::Conflict)
-            ) {
-                peer.contact.heard();
-            }
-            msgpack(&res)
-        }
+    let res = peer.raft.append_entries(req).await;
+    if matches!(
+        res,
+        Ok(AppendEntriesResponse::Success
+            | AppendEntriesResponse::PartialSuccess(_)
+            | AppendEntriesResponse::Conflict)
+    ) {
+        peer.contact.heard();
+    }
+    rmp_serde::to_vec_named(&res).map_err(|e| e.to_string())
+}
+
+async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
+    match answer_append(&peer, &body).await {
+        Ok(b) => ([(header::CONTENT_TYPE, MSGPACK)], b).into_response(),
         Err(e) => bad_request(e),
     }
+}
+
+/// Opens an append stream (`super::append_stream`), whose frames are appends.
+async fn append_stream(State(peer): State<Peer>, req: axum::extract::Request) -> Response {
+    super::append_stream::accept(req, move |body| {
+        let peer = peer.clone();
+        async move { answer_append(&peer, &body).await }
+    })
 }
 
 async fn watch(State(peer): State<Peer>) -> StatusCode {
@@ -122,6 +134,10 @@ async fn transfer_leader(State(raft): State<Raft>, body: Bytes) -> Response {
 pub fn router(peer: Peer) -> Router {
     Router::new()
         .route("/raft/append", post(append))
+        .route(
+            super::append_stream::PATH,
+            axum::routing::get(append_stream),
+        )
         .route(super::leader_watch::WATCH_PATH, post(watch))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
