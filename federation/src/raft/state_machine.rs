@@ -177,7 +177,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let workloads = state.workloads.len();
         let written = {
             let meta = meta.clone();
-            tokio::task::spawn_blocking(move || {
+            crate::parallel_encode::low_priority_thread("snapshot-writer", move || {
                 let body = SnapshotFormatRef::V1(SnapshotBodyRef {
                     last_applied: &last_applied,
                     membership: &membership,
@@ -198,8 +198,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 );
                 written
             })
-            .await
-            .map_err(io_err)??
+            .await??
         };
         self.note_size(written.len());
         // Each node builds its own snapshots on its own schedule: this line is how an operator
