@@ -506,7 +506,8 @@ pub struct ServerArgs {
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after at least this many log entries (and once the log since the
     /// last snapshot is half as large as that snapshot, so a large state is not re-encoded
-    /// often).
+    /// often). Each node scales both by its own factor between 1 and 1.5, so that the nodes
+    /// of a group do not all snapshot at once.
     #[arg(long, default_value_t = 20_000)]
     pub snapshot_every: u64,
     /// How often member agents are expected to heartbeat.

@@ -216,6 +216,7 @@ impl Node {
                 state.digest_cache.clone(),
             )),
             tokio::spawn(crate::raft::snapshot_policy::snapshot_loop(
+                cfg.id,
                 raft.clone(),
                 state.log_stats.clone(),
                 snapshot_bytes,
