@@ -230,33 +230,22 @@ impl PeerClient {
     /// sent again: appending entries a follower already holds changes nothing, so a resend
     /// is safe even if the first copy arrived.
     async fn stream_call(&mut self, frame: &[u8]) -> Result<StreamCall, StreamError> {
-        let kept = self.stream.get_mut().ok().and_then(Option::take);
-        let had_one = kept.is_some();
-        let mut stream = match kept {
-            Some(s) => s,
-            None => match append_stream::open(&self.http, &self.plane, &self.addr).await? {
-                Opened::Stream(s) => s,
-                Opened::Unsupported => return Ok(StreamCall::Unsupported),
-            },
-        };
-        match stream.call(frame).await {
-            Ok(answer) => {
-                self.keep(stream);
+        if let Some(mut kept) = self.stream.get_mut().ok().and_then(Option::take) {
+            match kept.call(frame).await {
+                Ok(answer) => {
+                    self.keep(kept);
+                    return Ok(StreamCall::Answer(answer));
+                }
+                Err(e) => tracing::debug!("{e} (to node {}); opening a new stream", self.target),
+            }
+        }
+        match append_stream::open(&self.http, &self.plane, &self.addr).await? {
+            Opened::Stream(mut s) => {
+                let answer = s.call(frame).await?;
+                self.keep(s);
                 Ok(StreamCall::Answer(answer))
             }
-            Err(e) if had_one => {
-                tracing::debug!("{e} (to node {}); opening a new stream", self.target);
-                drop(stream);
-                match append_stream::open(&self.http, &self.plane, &self.addr).await? {
-                    Opened::Stream(mut s) => {
-                        let answer = s.call(frame).await?;
-                        self.keep(s);
-                        Ok(StreamCall::Answer(answer))
-                    }
-                    Opened::Unsupported => Ok(StreamCall::Unsupported),
-                }
-            }
-            Err(e) => Err(e),
+            Opened::Unsupported => Ok(StreamCall::Unsupported),
         }
     }
 }

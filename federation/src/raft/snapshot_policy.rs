@@ -64,7 +64,7 @@ pub fn due_on(
     )
 }
 
-/// Triggers this node's snapshots by [`due`], for as long as the node runs.
+/// Triggers this node's snapshots by [`due_on`], for as long as the node runs.
 pub async fn snapshot_loop(
     id: u64,
     raft: Raft,

@@ -44,9 +44,20 @@ impl axum::extract::FromRef<Peer> for Raft {
     }
 }
 
+/// Why an append got no answer from Raft, or its answer could not be encoded.
+#[derive(Debug, thiserror::Error)]
+enum AppendError {
+    /// The bytes are not an append request: the caller's fault (400).
+    #[error("{0}")]
+    Decode(String),
+    /// Raft's answer could not be encoded: this node's (500).
+    #[error("{0}")]
+    Encode(String),
+}
+
 /// Decodes an append RPC, hands it to Raft and encodes the answer: the work of one append,
 /// whether it came as a POST of its own or as a frame of an append stream.
-async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, String> {
+async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, AppendError> {
     let req = match super::received::decode_append(body) {
         Some((req, spans)) => {
             if let Some(first) = spans.first().map(|(id, _)| id.index()) {
@@ -54,7 +65,7 @@ async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, String> {
             }
             req
         }
-        None => rmp_serde::from_slice(body).map_err(|e| e.to_string())?,
+        None => rmp_serde::from_slice(body).map_err(|e| AppendError::Decode(e.to_string()))?,
     };
     let res = peer.raft.append_entries(req).await;
     if matches!(
@@ -65,13 +76,14 @@ async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, String> {
     ) {
         peer.contact.heard();
     }
-    rmp_serde::to_vec_named(&res).map_err(|e| e.to_string())
+    rmp_serde::to_vec_named(&res).map_err(|e| AppendError::Encode(e.to_string()))
 }
 
 async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
     match answer_append(&peer, &body).await {
         Ok(b) => ([(header::CONTENT_TYPE, MSGPACK)], b).into_response(),
-        Err(e) => bad_request(e),
+        Err(AppendError::Decode(e)) => bad_request(e),
+        Err(AppendError::Encode(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
     }
 }
 
@@ -79,7 +91,7 @@ async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
 async fn append_stream(State(peer): State<Peer>, req: axum::extract::Request) -> Response {
     super::append_stream::accept(req, move |body| {
         let peer = peer.clone();
-        async move { answer_append(&peer, &body).await }
+        async move { answer_append(&peer, &body).await.map_err(|e| e.to_string()) }
     })
 }
 
