@@ -392,16 +392,6 @@ async fn serve(
             })
         }
         None => tokio::spawn(async move {
-            // Without TCP_NODELAY an answer written while the last one is unacknowledged
-            // waits for that acknowledgement (Nagle), which the peer may delay by up to
-            // 40 ms: an append stream's pipelined answers, one after another, are exactly
-            // that case.
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "setting TCP_NODELAY");
-                }
-            });
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "http server stopped");
             }

@@ -98,10 +98,6 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
-                // As on the plain listener (`node::serve`): answers leave at once.
-                if let Err(e) = stream.set_nodelay(true) {
-                    tracing::debug!(error = %e, "setting TCP_NODELAY");
-                }
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {

@@ -18,14 +18,14 @@ use openraft::async_runtime::watch::WatchReceiver;
 
 /// The most commands in one entry; bounds entry size (a workload is about 1 KB encoded).
 pub const MAX_BATCH: usize = 512;
-/// Batches in flight at once per node. Two: since appends are pipelined to each follower
-/// (`raft::append_pipeline`), a second batch leaves for the followers while the first is
-/// still being written and answered, instead of waiting for the first's round to end; same-time
-/// runs gave two 1.06-1.12x the rate of one, and three 0.96-1.01x that of two
-/// (docs/operations.md, "Submissions against etcd"). Before the pipeline one was better: a
-/// second batch only queued behind the first's append (10,240 submissions/s with one against
-/// 9,520 with two).
-const MAX_IN_FLIGHT: usize = 2;
+/// Batches in flight at once per node. One: everything that queues while a batch commits goes
+/// into the next, as large as it can be, and each entry's costs (its encoding, its append RPC
+/// per follower, its apply) are paid by as many submissions as possible. Two kept the pipeline
+/// fuller while the log's `append` blocked openraft's core for each fsync; since the log
+/// writes on a thread of its own (`raft::log_writer`), one gave 10,240 submissions/s against
+/// 9,520 with two (wrk at the leader, means of three) and 6,918 / 6,118 against 6,847 / 5,541
+/// with clients on every node (docs/operations.md, "Submissions against etcd").
+const MAX_IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
 

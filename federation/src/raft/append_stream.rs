@@ -10,19 +10,14 @@
 //! body; only the envelope changes.
 //!
 //! How: the client opens the stream with an HTTP upgrade on the peer port (`GET` [`PATH`]
-//! with `Upgrade:` and the cluster secret), so TLS, the secret and `--peer-listen` apply to
-//! it exactly as to the POSTs. After `101 Switching Protocols` each append is one frame each
-//! way, in order: a 4-byte big-endian length, then the bytes. Two framings share the route,
-//! told apart by the `Upgrade` token:
-//! - [`PROTOCOL`] (`tideway-append/1`): one append in flight, each answered with the POST's
-//!   answer bytes. Leaders of the release that introduced the stream ask for it; it is
-//!   served so that a rolling upgrade keeps replicating from them.
-//! - [`PROTOCOL_PIPELINED`] (`tideway-append/2`): several appends in flight, answered with
-//!   the follower's `stream_append` items (`super::append_pipeline`). Leaders ask for this.
+//! with `Upgrade:` [`PROTOCOL`] and the cluster secret), so TLS, the secret and
+//! `--peer-listen` apply to it exactly as to the POSTs. After `101 Switching Protocols` each
+//! append is one frame each way, in order: a 4-byte big-endian length, then the bytes. One
+//! request is in flight per stream (openraft sends a follower's appends one after the other
+//! on each of its clients), so answers need no ids.
 //!
-//! A peer that answers the upgrade 404 or 405 (a node from before the stream) or 400 (a
-//! node that knows only `tideway-append/1`) gets its appends as POSTs, which every node
-//! serves.
+//! A peer that answers the upgrade 404 or 405 is a node from before the stream existed: the
+//! client falls back to POSTs for that peer, so a rolling upgrade keeps replicating.
 
 use std::future::Future;
 
@@ -32,34 +27,8 @@ use super::peer_plane::PeerPlane;
 
 /// Where a peer serves the stream's upgrade.
 pub const PATH: &str = "/raft/append-stream";
-/// The `Upgrade` token of one append in flight per stream; a new framing takes a new token.
+/// The `Upgrade` token; a new framing would take a new token.
 pub const PROTOCOL: &str = "tideway-append/1";
-/// The `Upgrade` token of pipelined appends (`super::append_pipeline`).
-pub const PROTOCOL_PIPELINED: &str = "tideway-append/2";
-
-/// Which framing a stream speaks, from its `Upgrade` token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    /// [`PROTOCOL`].
-    One,
-    /// [`PROTOCOL_PIPELINED`].
-    Pipelined,
-}
-
-impl Version {
-    pub fn token(self) -> &'static str {
-        match self {
-            Version::One => PROTOCOL,
-            Version::Pipelined => PROTOCOL_PIPELINED,
-        }
-    }
-
-    fn from_token(t: &[u8]) -> Option<Self> {
-        [Version::One, Version::Pipelined]
-            .into_iter()
-            .find(|v| v.token().as_bytes() == t)
-    }
-}
 /// The largest frame either side accepts: the limit the POST route puts on a body.
 pub const MAX_FRAME: usize = 1 << 30;
 /// Bytes of a frame's length prefix.
@@ -116,9 +85,7 @@ pub fn body(frame: &[u8]) -> &[u8] {
 }
 
 /// Reads one frame's body; `None` at a clean end of the stream (before a frame began).
-pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> Result<Option<Vec<u8>>, StreamError> {
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, StreamError> {
     let mut prefix = [0u8; PREFIX];
     let mut got = 0;
     while got < PREFIX {
@@ -141,37 +108,37 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
 }
 
 /// Answers a request for a stream: `101 Switching Protocols`, and the upgraded connection
-/// handed to `serve` with the framing asked for, on a task of its own. A request without a
-/// known `Upgrade` token is refused (400), so that a plain GET cannot hold a connection open.
-pub fn accept<F, Fut>(req: axum::extract::Request, serve: F) -> axum::response::Response
+/// served by [`serve`] on a task of its own. A request without the stream's `Upgrade`
+/// header is refused (400), so that a plain GET cannot hold a connection open.
+pub fn accept<F, Fut>(req: axum::extract::Request, answer: F) -> axum::response::Response
 where
-    F: FnOnce(Version, hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send,
+    F: Fn(Vec<u8>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Vec<u8>, String>> + Send,
 {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
-    let Some(version) = req
+    let asks = req
         .headers()
         .get(header::UPGRADE)
-        .and_then(|v| Version::from_token(v.as_bytes()))
-    else {
+        .is_some_and(|v| v.as_bytes() == PROTOCOL.as_bytes());
+    if !asks {
         return (
             StatusCode::BAD_REQUEST,
-            format!("an append stream needs `Upgrade: {PROTOCOL_PIPELINED}` (or `{PROTOCOL}`)"),
+            format!("an append stream needs `Upgrade: {PROTOCOL}`"),
         )
             .into_response();
-    };
+    }
     let upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match upgrade.await {
-            Ok(conn) => serve(version, hyper_util::rt::TokioIo::new(conn)).await,
+            Ok(conn) => serve(hyper_util::rt::TokioIo::new(conn), answer).await,
             Err(e) => tracing::debug!("append stream: the upgrade failed: {e}"),
         }
     });
     axum::response::Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, version.token())
+        .header(header::UPGRADE, PROTOCOL)
         .body(axum::body::Body::empty())
         .unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())
 }
@@ -222,42 +189,35 @@ where
     }
 }
 
-pub(crate) async fn write_all<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    bytes: &[u8],
-) -> std::io::Result<()> {
+async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
     w.write_all(bytes).await?;
     w.flush().await
 }
 
 /// The leader's end of one stream.
 pub struct AppendStream<S = reqwest::Upgraded> {
-    io: S,
-    /// What has been read and not yet taken as a frame; kept across calls of
-    /// [`AppendStream::receive`], which is what makes it cancel-safe.
-    buf: bytes::BytesMut,
+    io: BufReader<S>,
 }
 
 /// What asking a peer for a stream gives.
 pub enum Opened {
     Stream(AppendStream),
-    /// The peer does not serve this framing (a node from before it): use POSTs.
+    /// The peer does not serve streams (a node from before them): use POSTs.
     Unsupported,
 }
 
-/// Asks the peer at `addr` for an append stream speaking `version`.
+/// Asks the peer at `addr` for an append stream.
 pub async fn open(
     http: &reqwest::Client,
     plane: &PeerPlane,
     addr: &str,
-    version: Version,
 ) -> Result<Opened, StreamError> {
     use reqwest::StatusCode;
     use reqwest::header::{CONNECTION, UPGRADE};
     let resp = plane
         .authorize(http.get(plane.url(addr, PATH)))
         .header(CONNECTION, "upgrade")
-        .header(UPGRADE, version.token())
+        .header(UPGRADE, PROTOCOL)
         .send()
         .await
         .map_err(StreamError::Open)?;
@@ -267,8 +227,6 @@ pub async fn open(
             Ok(Opened::Stream(AppendStream::new(io)))
         }
         StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => Ok(Opened::Unsupported),
-        // A node that knows only `tideway-append/1` refuses another token with 400.
-        StatusCode::BAD_REQUEST if version != Version::One => Ok(Opened::Unsupported),
         s => Err(StreamError::Refused(s.as_u16())),
     }
 }
@@ -276,49 +234,19 @@ pub async fn open(
 impl<S: AsyncRead + AsyncWrite + Unpin> AppendStream<S> {
     pub fn new(io: S) -> Self {
         Self {
-            io,
-            buf: bytes::BytesMut::new(),
+            io: BufReader::new(io),
         }
     }
 
-    /// Sends one frame (built by [`frame`]).
-    pub async fn send(&mut self, frame: &[u8]) -> std::io::Result<()> {
-        write_all(&mut self.io, frame).await
-    }
-
-    /// The next frame's body. Cancel-safe: what was read before a cancelled call stays for
-    /// the next, so it can wait in a `select!` beside other work.
-    pub async fn receive(&mut self) -> Result<Vec<u8>, StreamError> {
-        use tokio::io::AsyncReadExt;
-        loop {
-            if self.buf.len() >= PREFIX {
-                let mut prefix = [0u8; PREFIX];
-                prefix.copy_from_slice(&self.buf[..PREFIX]);
-                let len = usize::try_from(u32::from_be_bytes(prefix))
-                    .map_err(|_| StreamError::TooLarge(0))?;
-                if len > MAX_FRAME {
-                    return Err(StreamError::TooLarge(len));
-                }
-                if self.buf.len() >= PREFIX + len {
-                    let whole = self.buf.split_to(PREFIX + len);
-                    return Ok(whole[PREFIX..].to_vec());
-                }
-                self.buf.reserve(PREFIX + len - self.buf.len());
-            } else {
-                self.buf.reserve(512);
-            }
-            if self.io.read_buf(&mut self.buf).await? == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-            }
-        }
-    }
-
-    /// Sends one frame and waits for the answer's body (one append in flight). A stream whose
+    /// Sends one frame (built by [`frame`]) and waits for the answer's body. A stream whose
     /// call failed, or was dropped unfinished, must not be used again: a late answer would
     /// be taken for the next request's.
     pub async fn call(&mut self, frame: &[u8]) -> Result<Vec<u8>, StreamError> {
-        self.send(frame).await?;
-        self.receive().await
+        write_all(&mut self.io, frame).await?;
+        match read_frame(&mut self.io).await? {
+            Some(body) => Ok(body),
+            None => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
+        }
     }
 }
 
@@ -398,9 +326,7 @@ mod tests {
         axum::Router::new().route(
             PATH,
             axum::routing::get(|req: axum::extract::Request| async move {
-                accept(req, |_, io| {
-                    serve(io, |body: Vec<u8>| async move { Ok(body) })
-                })
+                accept(req, |body: Vec<u8>| async move { Ok(body) })
             }),
         )
     }
@@ -411,10 +337,7 @@ mod tests {
         let plane = PeerPlane::new(false, Some("s3cret".into()));
         // A peer that serves streams: one connection, many calls.
         let addr = server(echo_route()).await;
-        let Opened::Stream(mut s) = open(&http, &plane, &addr, Version::One)
-            .await
-            .expect("open")
-        else {
+        let Opened::Stream(mut s) = open(&http, &plane, &addr).await.expect("open") else {
             panic!("the peer serves streams");
         };
         for i in 0..100u32 {
@@ -426,58 +349,23 @@ mod tests {
             server(axum::Router::new().route("/raft/append", axum::routing::post(|| async { "" })))
                 .await;
         assert!(matches!(
-            open(&http, &plane, &old, Version::Pipelined)
-                .await
-                .expect("answer"),
+            open(&http, &plane, &old).await.expect("answer"),
             Opened::Unsupported
         ));
-        // A node that knows only the first framing refuses the second's token with 400:
-        // POSTs too. Asked for the first framing, a 400 is an error.
-        let first_only = server(axum::Router::new().route(
-            PATH,
-            axum::routing::get(|| async { axum::http::StatusCode::BAD_REQUEST }),
-        ))
-        .await;
-        assert!(matches!(
-            open(&http, &plane, &first_only, Version::Pipelined)
-                .await
-                .expect("answer"),
-            Opened::Unsupported
-        ));
-        let e = open(&http, &plane, &first_only, Version::One)
-            .await
-            .err()
-            .expect("refused");
-        assert!(matches!(e, StreamError::Refused(400)), "{e}");
-        // Both tokens are served; the answer names the one taken.
-        for v in [Version::One, Version::Pipelined] {
-            let resp = http
-                .get(plane.url(&addr, PATH))
-                .header(reqwest::header::CONNECTION, "upgrade")
-                .header(reqwest::header::UPGRADE, v.token())
-                .send()
-                .await
-                .expect("answer");
-            assert_eq!(resp.status(), reqwest::StatusCode::SWITCHING_PROTOCOLS);
-            assert_eq!(resp.headers()[reqwest::header::UPGRADE], v.token());
-        }
         // A peer that refuses (a wrong secret, say) is an error, not a fallback.
         let refusing = server(axum::Router::new().route(
             PATH,
             axum::routing::get(|| async { axum::http::StatusCode::UNAUTHORIZED }),
         ))
         .await;
-        let e = open(&http, &plane, &refusing, Version::Pipelined)
-            .await
-            .err()
-            .expect("refused");
+        let e = open(&http, &plane, &refusing).await.err().expect("refused");
         assert!(matches!(e, StreamError::Refused(401)), "{e}");
         // Nobody listening: a connect error, which the client reports as unreachable.
         let gone = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             l.local_addr().expect("addr").to_string()
         };
-        let e = open(&http, &plane, &gone, Version::Pipelined)
+        let e = open(&http, &plane, &gone)
             .await
             .err()
             .expect("nobody there");

@@ -1,7 +1,6 @@
 //! Replication: the Raft type config, the durable log, the state machine, snapshots and the
 //! HTTP transport between federation nodes.
 
-pub mod append_pipeline;
 pub mod append_stream;
 pub mod copy_slot;
 pub mod digest;

@@ -1,5 +1,5 @@
-//! The Raft transport's client side: appends pipelined on an append stream
-//! (`super::append_pipeline`), every other RPC as an HTTP POST; MessagePack bodies.
+//! The Raft transport's client side: appends as frames of an append stream
+//! (`super::append_stream`), every other RPC as an HTTP POST; MessagePack bodies.
 //!
 //! A [`PeerFilter`] lets tests cut this node off from chosen peers (a network partition that
 //! real processes can feel); it is only switched on when fault injection is enabled.
@@ -8,24 +8,19 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use openraft::OptionalSend;
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{
-    RPCOption, RaftNetworkFactory, stream_append_sequential, v2::RaftNetworkV2,
-};
+use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::append_pipeline::{Link, Session};
-use super::append_stream::{self, AppendStream, Opened, StreamError, Version};
+use super::append_stream::{self, AppendStream, Opened, StreamError};
 use super::log_tail::LogTail;
 use super::node_info::NodeInfo;
 use super::peer_plane::PeerPlane;
@@ -140,15 +135,21 @@ pub struct PeerClient {
     filter: PeerFilter,
     plane: PeerPlane,
     tail: SharedTail,
-    /// The append stream to the peer, between sessions. A session takes it and puts it back
-    /// only when every append it sent was answered, so a session that failed or was
-    /// abandoned leaves no answer behind for the next. In a mutex only because openraft wants
-    /// its clients `Sync`; a session has `&mut self` and reaches it with `get_mut`, never
+    /// The append stream to the peer, once open. Taken out for each call and put back only
+    /// when the call completed, so a call that failed or was abandoned (its time ran out)
+    /// leaves no half-read answer behind for the next. In a mutex only because openraft
+    /// wants its clients `Sync`; a call has `&mut self` and reaches it with `get_mut`, never
     /// locking.
     stream: std::sync::Mutex<Option<AppendStream>>,
-    /// The peer does not serve pipelined append streams (a node from before them): POST
-    /// appends, one at a time.
+    /// The peer does not serve append streams (a node from before them): POST appends.
     posts_only: bool,
+}
+
+/// How an append went over the stream.
+enum StreamCall {
+    Answer(Vec<u8>),
+    /// The peer does not serve streams.
+    Unsupported,
 }
 
 impl PeerClient {
@@ -223,73 +224,29 @@ impl PeerClient {
             )))
         })
     }
-}
 
-impl PeerClient {
-    /// A new pipelined append stream to the peer; `None` if the peer does not serve them.
-    async fn open(&self, option: &RPCOption) -> Result<Option<AppendStream>, RPCError<TypeConfig>> {
-        let ttl = append_ttl(true, option);
-        let opened = tokio::time::timeout(
-            ttl,
-            append_stream::open(&self.http, &self.plane, &self.addr, Version::Pipelined),
-        )
-        .await
-        .map_err(|_| {
-            RPCError::Network(NetworkError::from_string(format!(
-                "append stream: node {} did not answer the upgrade within {ttl:?}",
-                self.target
-            )))
-        })?;
-        match opened {
-            Ok(Opened::Stream(s)) => Ok(Some(s)),
-            Ok(Opened::Unsupported) => Ok(None),
-            Err(e) => Err(stream_error(&e)),
+    /// One append over the stream, opening it first if need be. A kept stream that fails
+    /// (the peer restarted, or closed an idle connection) is replaced once and the frame
+    /// sent again: appending entries a follower already holds changes nothing, so a resend
+    /// is safe even if the first copy arrived.
+    async fn stream_call(&mut self, frame: &[u8]) -> Result<StreamCall, StreamError> {
+        if let Some(mut kept) = self.stream.get_mut().ok().and_then(Option::take) {
+            match kept.call(frame).await {
+                Ok(answer) => {
+                    self.keep(kept);
+                    return Ok(StreamCall::Answer(answer));
+                }
+                Err(e) => tracing::debug!("{e} (to node {}); opening a new stream", self.target),
+            }
         }
-    }
-}
-
-fn stream_error(e: &StreamError) -> RPCError<TypeConfig> {
-    if e.is_connect() {
-        RPCError::Unreachable(Unreachable::new(e))
-    } else {
-        RPCError::Network(NetworkError::new(e))
-    }
-}
-
-/// A session's way to its peer: the client, and the bounds openraft gave the session.
-struct PipelineLink<'a> {
-    client: &'a mut PeerClient,
-    option: RPCOption,
-}
-
-impl Link for PipelineLink<'_> {
-    type Io = reqwest::Upgraded;
-
-    fn frame(
-        &self,
-        req: &AppendEntriesRequest<TypeConfig>,
-    ) -> Result<(Vec<u8>, std::time::Duration), RPCError<TypeConfig>> {
-        let frame = append_stream::frame(|buf| encode_append_into(req, &self.client.tail, buf))
-            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-        Ok((frame, append_ttl(!req.entries.is_empty(), &self.option)))
-    }
-
-    async fn reopen(&mut self) -> Result<AppendStream, RPCError<TypeConfig>> {
-        match self.client.open(&self.option).await? {
-            Some(conn) => Ok(conn),
-            None => Err(RPCError::Network(NetworkError::from_string(format!(
-                "node {} no longer serves pipelined append streams",
-                self.client.target
-            )))),
+        match append_stream::open(&self.http, &self.plane, &self.addr).await? {
+            Opened::Stream(mut s) => {
+                let answer = s.call(frame).await?;
+                self.keep(s);
+                Ok(StreamCall::Answer(answer))
+            }
+            Opened::Unsupported => Ok(StreamCall::Unsupported),
         }
-    }
-
-    fn partitioned(&self) -> Option<RPCError<TypeConfig>> {
-        self.client.partitioned()
-    }
-
-    fn keep(&mut self, conn: AppendStream) {
-        self.client.keep(conn);
     }
 }
 
@@ -309,58 +266,35 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        // Only a peer without pipelined streams gets single appends (openraft's sequential
-        // `stream_append` calls this): as POSTs, which every node serves.
         let ttl = append_ttl(!rpc.entries.is_empty(), &option);
-        let body = encode_append(&rpc, &self.tail)
+        if self.posts_only {
+            let body = encode_append(&rpc, &self.tail)
+                .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+            return self.call_encoded("append", body, ttl).await;
+        }
+        if let Some(e) = self.partitioned() {
+            return Err(e);
+        }
+        let frame = append_stream::frame(|buf| encode_append_into(&rpc, &self.tail, buf))
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-        self.call_encoded("append", body, ttl).await
-    }
-
-    fn stream_append<'s, S>(
-        &'s mut self,
-        input: S,
-        option: RPCOption,
-    ) -> BoxFuture<
-        's,
-        Result<
-            BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
-            RPCError<TypeConfig>,
-        >,
-    >
-    where
-        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>>
-            + OptionalSend
-            + Unpin
-            + 'static,
-    {
-        Box::pin(async move {
-            if self.posts_only {
-                return stream_append_sequential(self, input, option).await;
+        match tokio::time::timeout(ttl, self.stream_call(&frame)).await {
+            Ok(Ok(StreamCall::Answer(bytes))) => decode_answer(&bytes),
+            Ok(Ok(StreamCall::Unsupported)) => {
+                tracing::info!(
+                    "node {} does not serve append streams; sending it appends as POSTs",
+                    self.target
+                );
+                self.posts_only = true;
+                let body = append_stream::body(&frame).to_vec();
+                self.call_encoded("append", body, ttl).await
             }
-            if let Some(e) = self.partitioned() {
-                return Err(e);
-            }
-            let (conn, kept) = match self.stream.get_mut().ok().and_then(Option::take) {
-                Some(conn) => (conn, true),
-                None => match self.open(&option).await? {
-                    Some(conn) => (conn, false),
-                    None => {
-                        tracing::info!(
-                            "node {} does not serve pipelined append streams; sending it appends as POSTs",
-                            self.target
-                        );
-                        self.posts_only = true;
-                        return stream_append_sequential(self, input, option).await;
-                    }
-                },
-            };
-            let link = PipelineLink {
-                client: self,
-                option,
-            };
-            Ok(Session::new(link, conn, kept, input).into_stream())
-        })
+            Ok(Err(e)) if e.is_connect() => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Ok(Err(e)) => Err(RPCError::Network(NetworkError::new(&e))),
+            Err(_) => Err(RPCError::Network(NetworkError::from_string(format!(
+                "append stream: no answer from node {} within {ttl:?}",
+                self.target
+            )))),
+        }
     }
 
     async fn vote(

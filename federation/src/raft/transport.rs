@@ -8,12 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use openraft::errors::RaftError;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError};
+use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 
-use super::append_stream::Version;
 use super::leader_watch::Contact;
 use super::network::MSGPACK;
 use super::received::Received;
@@ -60,7 +58,15 @@ enum AppendError {
 /// Decodes an append RPC, hands it to Raft and encodes the answer: the work of one append,
 /// whether it came as a POST of its own or as a frame of an append stream.
 async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, AppendError> {
-    let req = decode_request(&peer.received, body)?;
+    let req = match super::received::decode_append(body) {
+        Some((req, spans)) => {
+            if let Some(first) = spans.first().map(|(id, _)| id.index()) {
+                peer.received.offer(first, spans);
+            }
+            req
+        }
+        None => rmp_serde::from_slice(body).map_err(|e| AppendError::Decode(e.to_string()))?,
+    };
     let res = peer.raft.append_entries(req).await;
     if matches!(
         res,
@@ -73,22 +79,6 @@ async fn answer_append(peer: &Peer, body: &[u8]) -> Result<Vec<u8>, AppendError>
     rmp_serde::to_vec_named(&res).map_err(|e| AppendError::Encode(e.to_string()))
 }
 
-/// An append request's bytes as the request, its entries' bytes offered to the log.
-fn decode_request(
-    received: &Received<LogId>,
-    body: &[u8],
-) -> Result<AppendEntriesRequest<TypeConfig>, AppendError> {
-    match super::received::decode_append(body) {
-        Some((req, spans)) => {
-            if let Some(first) = spans.first().map(|(id, _)| id.index()) {
-                received.offer(first, spans);
-            }
-            Ok(req)
-        }
-        None => rmp_serde::from_slice(body).map_err(|e| AppendError::Decode(e.to_string())),
-    }
-}
-
 async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
     match answer_append(&peer, &body).await {
         Ok(b) => ([(header::CONTENT_TYPE, MSGPACK)], b).into_response(),
@@ -97,40 +87,11 @@ async fn append(State(peer): State<Peer>, body: Bytes) -> Response {
     }
 }
 
-/// Opens an append stream (`super::append_stream`), whose frames are appends: one at a time
-/// for leaders that ask for `tideway-append/1`, pipelined into this node's Raft
-/// (`Raft::stream_append`) for those that ask for `tideway-append/2`.
+/// Opens an append stream (`super::append_stream`), whose frames are appends.
 async fn append_stream(State(peer): State<Peer>, req: axum::extract::Request) -> Response {
-    super::append_stream::accept(req, move |version, io| async move {
-        match version {
-            Version::One => {
-                super::append_stream::serve(io, move |body| {
-                    let peer = peer.clone();
-                    async move { answer_append(&peer, &body).await.map_err(|e| e.to_string()) }
-                })
-                .await
-            }
-            Version::Pipelined => {
-                let received = peer.received.clone();
-                let decode = move |body: Vec<u8>| {
-                    decode_request(&received, &body).map_err(|e| e.to_string())
-                };
-                let Peer { raft, contact, .. } = peer;
-                let process = move |input| {
-                    // Boxed as 'static (which openraft's stream is), so that it does not
-                    // borrow `raft` for the type's sake.
-                    let answers: futures::stream::BoxStream<'static, _> =
-                        raft.stream_append(input).boxed();
-                    answers.map(move |r| {
-                        if matches!(r, Ok(Ok(_) | Err(StreamAppendError::Conflict(_)))) {
-                            contact.heard();
-                        }
-                        r.map_err(|fatal| fatal.to_string())
-                    })
-                };
-                super::append_pipeline::serve(io, decode, process).await
-            }
-        }
+    super::append_stream::accept(req, move |body| {
+        let peer = peer.clone();
+        async move { answer_append(&peer, &body).await.map_err(|e| e.to_string()) }
     })
 }
 
