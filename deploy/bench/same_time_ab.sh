@@ -5,7 +5,10 @@
 # ratio of their costs; runs taken one after another on a shared 2-core machine drifted by up
 # to 2x within minutes, which no ratio of separate runs survives. Each round runs the pair
 # twice, each build once on either side (ports and start order), and prints B's rate over A's
-# for both; the same build against itself gives 0.99-1.03.
+# for both; the same build against itself gives 0.99-1.03. A change to how much work a node keeps
+# in flight (batches, pipelining) breaks the premise: the build with more runnable work takes a
+# larger share of the saturated machine, so compare such builds alone as well (per-process CPU
+# and rate of one cluster at a time; docs/operations.md, "Appends pipelined").
 # Usage: same_time_ab.sh BIN_A BIN_B [ROUNDS=2] [SECONDS=10]
 #   ENV_A / ENV_B: extra environment for that build's nodes (e.g. ENV_B=TIDEWAY_LOG=warn), so
 #   one binary against itself compares a setting.
