@@ -458,6 +458,8 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         &digest_after,
         None,
     );
+    // What apply itself waited for the lock: the readers' holds above, as apply met them.
+    print_waits(&digest_after, Some((&digest_before, "the timed calls")));
 
     // The leader logs what a slow walk covered (entries, workloads, time per part).
     let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
@@ -480,6 +482,10 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         let label = format!("cycle {label}");
         print_histogram(&label, name, &metrics, Some((&before, "last 30 s")));
         print_histogram(&label, name, &metrics, None);
+    }
+    // Whether apply was held off at all, by the cycle's own holds among other readers.
+    for since in [Some((before.as_str(), "last 30 s")), None] {
+        print_waits(&metrics, since);
     }
     // The leader logs each hold of 0.5 ms or more, and whether its thread was preempted.
     let log = std::fs::read_to_string(c.log_path(leader)).unwrap_or_default();
@@ -613,6 +619,42 @@ fn print_histogram(label: &str, name: &str, now: &str, since: Option<(&str, &str
     }
 }
 
+/// Apply's waits for the state lock ([`print_histogram`]), and how many were over 1 ms: the
+/// issue's bound on how long the cycle may hold apply off (a bucket bound, so exact).
+fn print_waits(now: &str, since: Option<(&str, &str)>) {
+    const NAME: &str = "state_apply_lock_wait_seconds";
+    print_histogram("apply waited for the lock", NAME, now, since);
+    let text = since.map_or_else(|| now.to_string(), |(before, _)| difference(now, before));
+    if let Some((over, total)) = count_over(&text, NAME, 0.001) {
+        println!("    of them over 1 ms: {over:.0} of {total:.0}");
+    }
+}
+
+/// How many samples of histogram `name` were above bucket bound `le` seconds, and of how
+/// many; `None` when `le` is not one of its bounds.
+fn count_over(text: &str, name: &str, le: f64) -> Option<(f64, f64)> {
+    let bucket = |bound: &str| -> Option<f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.split('{')
+                    .next()
+                    .is_some_and(|m| m.ends_with(&format!("{name}_bucket")))
+                    && l.split("le=\"")
+                        .nth(1)
+                        .and_then(|r| r.split('"').next())
+                        .is_some_and(|b| match bound {
+                            "+Inf" => b == "+Inf",
+                            _ => b.parse::<f64>().is_ok_and(|v| (v - le).abs() < 1e-12),
+                        })
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let total = bucket("+Inf")?;
+    let within = bucket("le")?;
+    Some((total - within, total))
+}
+
 /// Every sample of `now` minus the same series in `before` (counters and histograms only
 /// grow, so the difference is what happened between the scrapes).
 fn difference(now: &str, before: &str) -> String {
@@ -678,5 +720,31 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// The waits over 1 ms are read from the leader's own histogram as it encodes it (1 ms
+    /// must be one of its bucket bounds), over the whole run or since an earlier scrape.
+    #[test]
+    fn waits_over_1_ms_are_counted_from_the_histogram_exposition() {
+        use tideway_federation::metrics::{Metrics, NodeGauges};
+        const NAME: &str = "state_apply_lock_wait_seconds";
+        let m = Metrics::default();
+        let h = m.apply_lock_wait();
+        for s in [0.000_2, 0.000_9, 0.001, 0.001_1] {
+            h.observe(s);
+        }
+        let before = m.encode(&NodeGauges::default()).expect("encode");
+        assert_eq!(count_over(&before, NAME, 0.001), Some((1.0, 4.0)));
+        h.observe(0.004);
+        h.observe(0.000_05);
+        let after = m.encode(&NodeGauges::default()).expect("encode");
+        assert_eq!(count_over(&after, NAME, 0.001), Some((2.0, 6.0)));
+        assert_eq!(
+            count_over(&difference(&after, &before), NAME, 0.001),
+            Some((1.0, 2.0)),
+            "since the earlier scrape"
+        );
+        assert_eq!(count_over(&after, NAME, 0.0015), None, "not a bound");
+        assert_eq!(count_over(&after, "no_such_seconds", 0.001), None);
     }
 }

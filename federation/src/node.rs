@@ -150,6 +150,7 @@ impl Node {
         let mut sm = StateMachineStore::open(&cfg.data_dir.join("snapshots")).map_err(storage)?;
         let metrics = Arc::new(Metrics::default());
         sm.record_apply_lock_in(metrics.apply_lock_held());
+        sm.record_apply_wait_in(metrics.apply_lock_wait());
         let raft_config = Config {
             cluster_name: "tideway".into(),
             heartbeat_interval: cfg.heartbeat_ms,

@@ -11,7 +11,7 @@ use crate::common::{cluster, submit_until_acked};
 
 /// Families whose `# TYPE` line must be served (a labelled family may have no series yet,
 /// e.g. preemptions before any preemption).
-const FAMILIES: [&str; 18] = [
+const FAMILIES: [&str; 19] = [
     "tideway_scheduler_cycle_seconds",
     "tideway_queue_pending_workloads",
     "tideway_fragmentation_ratio",
@@ -30,6 +30,7 @@ const FAMILIES: [&str; 18] = [
     "tideway_workload_submit_to_assign_seconds",
     "tideway_raft_leader_gone_campaigns",
     "tideway_state_apply_lock_held_seconds",
+    "tideway_state_apply_lock_wait_seconds",
 ];
 
 /// Series that this test's traffic must have produced, with their labels.
@@ -105,6 +106,13 @@ async fn metrics_name_every_operations_signal() {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0.0);
             assert!(applies >= 1.0, "no apply recorded:\n{text}");
+            // And its wait for the lock, once per entry as well.
+            let waits: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("tideway_state_apply_lock_wait_seconds_count "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0);
+            assert!(waits >= 1.0, "no wait for the lock recorded:\n{text}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

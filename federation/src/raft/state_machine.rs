@@ -62,6 +62,7 @@ pub struct StateMachineStore {
     snapshot_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Where apply records how long it held the write lock per entry (the node's metrics).
     apply_lock_held: Option<prometheus_client::metrics::histogram::Histogram>,
+    apply_lock_wait: Option<prometheus_client::metrics::histogram::Histogram>,
     /// A reader's job apply runs after its next entry (the scheduling cycle's copy).
     copy_slot: Arc<super::copy_slot::CopySlot>,
 }
@@ -79,6 +80,7 @@ impl StateMachineStore {
             dir,
             snapshot_bytes: Arc::default(),
             apply_lock_held: None,
+            apply_lock_wait: None,
             copy_slot: Arc::default(),
         };
         let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
@@ -112,6 +114,11 @@ impl StateMachineStore {
     /// Records each apply's hold of the write lock in `h` from now on.
     pub fn record_apply_lock_in(&mut self, h: prometheus_client::metrics::histogram::Histogram) {
         self.apply_lock_held = Some(h);
+    }
+
+    /// Records each apply's wait for the write lock in `h` from now on.
+    pub fn record_apply_wait_in(&mut self, h: prometheus_client::metrics::histogram::Histogram) {
+        self.apply_lock_wait = Some(h);
     }
 
     /// Where a reader leaves work for apply to do after its next entry (see
@@ -247,8 +254,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Membership(m) => (Vec::new(), Some(m)),
             };
             let response = {
+                let asked = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
                 let mut d = self.data.write().map_err(io_err)?;
                 let held = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
+                let waited = held.saturating_duration_since(asked);
                 d.last_applied = Some(entry.log_id);
                 let index = entry.log_id.index();
                 let results = commands
@@ -263,6 +272,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 drop(d);
                 if let Some(h) = &self.apply_lock_held {
                     h.observe(held.elapsed().as_secs_f64());
+                }
+                if let Some(h) = &self.apply_lock_wait {
+                    h.observe(waited.as_secs_f64());
                 }
                 response
             };
