@@ -633,7 +633,8 @@ fn print_waits(now: &str, since: Option<(&str, &str)>) {
 /// How many samples of histogram `name` were above bucket bound `le` seconds, and of how
 /// many; `None` when `le` is not one of its bounds.
 fn count_over(text: &str, name: &str, le: f64) -> Option<(f64, f64)> {
-    let bucket = |bound: &str| -> Option<f64> {
+    // The cumulative count of the bucket bounded by `bound` (`None`: the `+Inf` one).
+    let bucket = |bound: Option<f64>| -> Option<f64> {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .find(|l| {
@@ -644,14 +645,14 @@ fn count_over(text: &str, name: &str, le: f64) -> Option<(f64, f64)> {
                         .nth(1)
                         .and_then(|r| r.split('"').next())
                         .is_some_and(|b| match bound {
-                            "+Inf" => b == "+Inf",
-                            _ => b.parse::<f64>().is_ok_and(|v| (v - le).abs() < 1e-12),
+                            None => b == "+Inf",
+                            Some(le) => b.parse::<f64>().is_ok_and(|v| (v - le).abs() < 1e-12),
                         })
             })
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     };
-    let total = bucket("+Inf")?;
-    let within = bucket("le")?;
+    let total = bucket(None)?;
+    let within = bucket(Some(le))?;
     Some((total - within, total))
 }
 

@@ -298,11 +298,10 @@ impl Default for Metrics {
             "Time apply held the state's write lock for one log entry (readers wait meanwhile)",
             apply_lock_held.clone(),
         );
-        // And apply's own wait for the lock: what readers (a scheduling cycle's copy taken
-        // under its own read lock among them) held it off by. The issue this answers is
-        // "apply never held off for more than 1 ms", which a reader's hold only bounds.
-        // Buckets doubling from 15.625 us, so that 1 ms is a bound: how many waits exceeded it
-        // is read off the histogram exactly.
+        // And apply's own wait for the lock: how long readers (a scheduling cycle's copy taken
+        // under its own read lock among them) held it off. The cycle must not hold apply off
+        // for more than 1 ms, which a reader's hold only bounds from above. Buckets doubling
+        // from 15.625 us, so that 1 ms is a bound: the waits over it are counted exactly.
         let apply_lock_wait = Histogram::new(exponential_buckets(0.000_015_625, 2.0, 18));
         registry.register(
             "state_apply_lock_wait_seconds",

@@ -62,6 +62,7 @@ pub struct StateMachineStore {
     snapshot_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Where apply records how long it held the write lock per entry (the node's metrics).
     apply_lock_held: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// And how long it waited for the lock first (what readers held it off by).
     apply_lock_wait: Option<prometheus_client::metrics::histogram::Histogram>,
     /// A reader's job apply runs after its next entry (the scheduling cycle's copy).
     copy_slot: Arc<super::copy_slot::CopySlot>,
