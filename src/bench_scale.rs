@@ -262,25 +262,7 @@ fn long_holds(log: &str) -> Vec<LongHold> {
 /// linearly inside the bucket they fall in (the buckets double, so a figure is good to
 /// within its bucket); `None` without observations.
 fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
-    let mut buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.split('{')
-                .next()
-                .is_some_and(|m| m.ends_with(&format!("{name}_bucket")))
-        })
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, l.rsplit(' ').next()?.parse().ok()?))
-        })
-        .collect();
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let buckets = histogram_buckets(text, name);
     let total = buckets.last()?.1;
     if total <= 0.0 {
         return None;
@@ -304,6 +286,31 @@ fn histogram_quantiles(text: &str, name: &str, qs: &[f64]) -> Option<Vec<f64>> {
             })
             .collect(),
     )
+}
+
+/// A histogram's buckets in a text exposition: (upper bound in seconds, `+Inf` as infinity;
+/// cumulative count), by bound.
+fn histogram_buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.split('{')
+                .next()
+                .is_some_and(|m| m.ends_with(&format!("{name}_bucket")))
+        })
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
 }
 
 pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
@@ -633,26 +640,9 @@ fn print_waits(now: &str, since: Option<(&str, &str)>) {
 /// How many samples of histogram `name` were above bucket bound `le` seconds, and of how
 /// many; `None` when `le` is not one of its bounds.
 fn count_over(text: &str, name: &str, le: f64) -> Option<(f64, f64)> {
-    // The cumulative count of the bucket bounded by `bound` (`None`: the `+Inf` one).
-    let bucket = |bound: Option<f64>| -> Option<f64> {
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find(|l| {
-                l.split('{')
-                    .next()
-                    .is_some_and(|m| m.ends_with(&format!("{name}_bucket")))
-                    && l.split("le=\"")
-                        .nth(1)
-                        .and_then(|r| r.split('"').next())
-                        .is_some_and(|b| match bound {
-                            None => b == "+Inf",
-                            Some(le) => b.parse::<f64>().is_ok_and(|v| (v - le).abs() < 1e-12),
-                        })
-            })
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    };
-    let total = bucket(None)?;
-    let within = bucket(Some(le))?;
+    let buckets = histogram_buckets(text, name);
+    let total = buckets.last().filter(|b| b.0.is_infinite())?.1;
+    let within = buckets.iter().find(|b| (b.0 - le).abs() < 1e-12)?.1;
     Some((total - within, total))
 }
 

@@ -99,19 +99,17 @@ async fn metrics_name_every_operations_signal() {
                 !text.contains("no-such-workload"),
                 "a raw path became a label"
             );
+            let count = |family: &str| -> f64 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{family}_count ")))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0)
+            };
             // Apply held the state for the entries of this test's traffic.
-            let applies: f64 = text
-                .lines()
-                .find_map(|l| l.strip_prefix("tideway_state_apply_lock_held_seconds_count "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0);
+            let applies = count("tideway_state_apply_lock_held_seconds");
             assert!(applies >= 1.0, "no apply recorded:\n{text}");
             // And its wait for the lock, once per entry as well.
-            let waits: f64 = text
-                .lines()
-                .find_map(|l| l.strip_prefix("tideway_state_apply_lock_wait_seconds_count "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0);
+            let waits = count("tideway_state_apply_lock_wait_seconds");
             assert!(waits >= 1.0, "no wait for the lock recorded:\n{text}");
             return;
         }
