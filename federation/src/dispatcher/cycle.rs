@@ -486,34 +486,36 @@ const SLOW_CYCLE: std::time::Duration = std::time::Duration::from_millis(500);
 /// that waits.
 const APPLY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// What a cycle takes under the state lock.
+/// What a cycle takes under the state lock: the state's version of that moment, one
+/// reference count (see [`StateMachineData::copy`]). The names changed since the last cycle,
+/// the policy's version and the members' readiness are all read from it after the lock:
+/// they used to be read under it, cold memory on a busy machine that held apply off for up
+/// to a millisecond and more.
 struct Taken {
-    changes: super::backlog::Changes,
-    copy: crate::state::FederationState,
-    version: u64,
-    /// Whether any member takes work.
-    any_ready: bool,
+    copy: Arc<FederationState>,
     /// How long taking it held the lock.
     took: std::time::Duration,
 }
 
 impl Taken {
-    fn of(d: &StateMachineData, cursor: Option<crate::state::workloads::ChangeCursor>) -> Self {
+    fn of(d: &StateMachineData) -> Self {
         let started = tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
-        let any_ready = d.state.members.values().any(|m| {
-            m.cluster
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase.accepts_work())
-        });
+        let copy = d.copy();
         Self {
-            changes: super::backlog::Backlog::changes_at(cursor, &d.state),
-            copy: d.state.clone(),
-            version: d.state.policy.current(),
-            any_ready,
+            copy,
             took: started.elapsed(),
         }
     }
+}
+
+/// Whether any member takes work.
+fn any_ready(state: &FederationState) -> bool {
+    state.members.values().any(|m| {
+        m.cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.accepts_work())
+    })
 }
 
 /// The state a cycle reads: under its own read lock, or through apply's copy slot.
@@ -567,7 +569,7 @@ pub async fn schedule_loop(
         let cursor = backlog.cursor();
         let (tx, mut rx) = tokio::sync::oneshot::channel();
         copy_slot.post(Box::new(move |d| {
-            let _ = tx.send(Taken::of(d, cursor));
+            let _ = tx.send(Taken::of(d));
         }));
         let taken = match tokio::time::timeout(APPLY_WAIT, &mut rx).await {
             Ok(Ok(taken)) => Some(taken),
@@ -583,7 +585,7 @@ pub async fn schedule_loop(
                 let Ok(d) = data.read() else { continue };
                 // Held from here: the wait for the lock is apply's turn, not the cycle's hold.
                 let switches = crate::thread_stats::involuntary_switches();
-                let taken = Taken::of(&d, cursor);
+                let taken = Taken::of(&d);
                 drop(d);
                 if taken.took >= LONG_HOLD {
                     // Slow work, or the thread taken off its core while it held the lock.
@@ -600,18 +602,14 @@ pub async fn schedule_loop(
                 taken
             }
         };
+        let Taken { copy, took } = taken;
         // Without a Ready member nothing can be placed or preempted: skip the cycle rather
         // than bring the backlog up to date to learn that.
-        if !taken.any_ready {
+        if !any_ready(&copy) {
             continue;
         }
-        let Taken {
-            changes,
-            copy,
-            version,
-            took,
-            ..
-        } = taken;
+        let changes = Backlog::changes_at(cursor, &copy);
+        let version = copy.policy.current();
         // The cycle's time is read once its state is: the state may hold entries applied
         // while it waited for apply.
         let now = clock.now();
@@ -759,7 +757,7 @@ pub async fn schedule_loop(
         } else {
             let Ok(d) = data.read() else { continue };
             let relocked = clock.instant();
-            let copy = d.state.clone();
+            let copy = d.copy();
             drop(d);
             metrics.observe_cycle_lock(clock.instant().saturating_duration_since(relocked));
             checkpoints_of(&copy, &output)

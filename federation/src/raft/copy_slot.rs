@@ -1,15 +1,16 @@
 //! A reader's work done by apply, at the end of an entry, under the write lock apply holds.
 //!
-//! The scheduling cycle needs a copy of the state (persistent, so O(1) in the workloads, but
-//! about a tenth of a millisecond) and the names changed since its last copy, taken together
-//! under the state lock. Taken under a read lock of its own, the copy holds off apply for
-//! as long as the cycle's thread holds the lock, and on a machine whose cores are all busy
-//! that thread is now and then taken off its core meanwhile: then apply waits a scheduler
-//! time slice, a millisecond or more (the cycle logs such holds with their preemptions).
-//! Posted here instead, the copy is made by apply itself right after it applies its next
-//! entry, while it holds the lock anyway: apply never waits for the cycle. When apply has
-//! nothing to apply for a while, the cycle takes its job back and reads under the lock as
-//! before (`withdraw`), holding off nothing that is waiting.
+//! The scheduling cycle needs the state's version of one moment, taken under the state lock
+//! (since 2026-12-07 one reference count, [`StateMachineData::copy`]; before, a copy of the
+//! state's parts, about a tenth of a millisecond warm and up to a millisecond cold). Taken
+//! under a read lock of its own, it holds off apply for as long as the cycle's thread holds
+//! the lock, and on a machine whose cores are all busy that thread is now and then taken off
+//! its core meanwhile: then apply waits a scheduler time slice, a millisecond or more (the
+//! cycle logs such holds with their preemptions). Posted here instead, the copy is taken by
+//! apply itself right after it applies its next entry, while it holds the lock anyway: apply
+//! never waits for the cycle. When apply has nothing to apply for a while, the cycle takes
+//! its job back and reads under the lock as before (`withdraw`), holding off nothing that is
+//! waiting.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,6 +16,7 @@
 //! a digest at a million workloads.
 
 use std::hash::Hasher;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -589,7 +590,7 @@ struct Last {
     /// The state (a copy) the digest is of, for the next digest to start from. It shares
     /// what did not change since with the live state; what did change is kept until the
     /// next digest, so memory holds at most the changes between two `cluster status` calls.
-    state: FederationState,
+    state: Arc<FederationState>,
     sums: Sums,
 }
 
@@ -632,7 +633,7 @@ pub enum DigestSource {
     Cached(String),
     /// A copy of the state at this index, to digest after the lock is released, and how
     /// many entries were applied since the last digest (`u64::MAX` when there is none).
-    Copy(Option<LogId>, Box<FederationState>, u64),
+    Copy(Option<LogId>, Arc<FederationState>, u64),
 }
 
 impl DigestSource {
@@ -677,7 +678,7 @@ impl DigestCache {
             }
             behind = index(d.last_applied).saturating_sub(index(last.at));
         }
-        DigestSource::Copy(d.last_applied, Box::new(d.state.clone()), behind)
+        DigestSource::Copy(d.last_applied, d.copy(), behind)
     }
 
     /// `resolve`, unless a walk already holds the cache: then the source comes back, for
@@ -717,7 +718,7 @@ impl DigestCache {
     ) -> Result<(String, Option<Timing>), Error> {
         let (at, state) = match source {
             DigestSource::Cached(digest) => return Ok((digest, None)),
-            DigestSource::Copy(at, state, _) => (at, *state),
+            DigestSource::Copy(at, state, _) => (at, state),
         };
         if let Some(last) = g.as_ref()
             && last.at == at
@@ -812,7 +813,7 @@ mod tests {
         let empty = cache.get(&d).expect("digest");
         assert_eq!(empty, state_digest(&d.state).expect("digest"));
         // A change that did not move the applied index is not seen: the cache answered.
-        d.state.next_seq += 1;
+        d.state_mut().next_seq += 1;
         assert_eq!(cache.get(&d).expect("digest"), empty);
         // The next index is encoded afresh, and equals a direct digest of the same state.
         d.last_applied = Some(log_id(6));
@@ -856,8 +857,8 @@ mod tests {
         };
         let cache = DigestCache::default();
         let mut d = StateMachineData::default();
-        d.state.workloads.insert("a", pending("a", quota(8)));
-        d.state.workloads.insert("b", pending("b", quota(7)));
+        d.state_mut().workloads.insert("a", pending("a", quota(8)));
+        d.state_mut().workloads.insert("b", pending("b", quota(7)));
         d.last_applied = Some(log_id(1));
         let first = cache.get(&d).expect("digest");
         let mut seen = vec![first.clone()];
@@ -870,7 +871,7 @@ mod tests {
             ("b", None),
         ];
         for (i, (name, reason)) in steps.into_iter().enumerate() {
-            if let Some(mut w) = d.state.workloads.get_mut(name) {
+            if let Some(mut w) = d.state_mut().workloads.get_mut(name) {
                 w.status.as_mut().expect("status").pending_reason = reason;
             }
             d.last_applied = Some(log_id(2 + i as u64));
@@ -881,7 +882,7 @@ mod tests {
         }
         // Back to the first state by another path: the first digest again.
         for (name, used) in [("a", 8), ("b", 7)] {
-            let mut w = d.state.workloads.get_mut(name).expect("workload");
+            let mut w = d.state_mut().workloads.get_mut(name).expect("workload");
             w.status.as_mut().expect("status").pending_reason = Some(quota(used));
         }
         d.last_applied = Some(log_id(9));
@@ -899,7 +900,7 @@ mod tests {
         // No digest yet: the whole state is walked, which is not small.
         assert!(!cache.source(&d).is_small());
         cache.get(&d).expect("digest");
-        d.state.next_seq += 1;
+        d.state_mut().next_seq += 1;
         d.last_applied = Some(log_id(5 + INLINE_ENTRIES));
         let source = cache.source(&d);
         assert!(source.is_small());
@@ -910,7 +911,7 @@ mod tests {
         assert!(timing.is_some(), "a walk is timed");
         assert_eq!(got, state_digest(&d.state).expect("digest"));
         // Far behind: handed off.
-        d.state.next_seq += 1;
+        d.state_mut().next_seq += 1;
         d.last_applied = Some(log_id(6 + 2 * INLINE_ENTRIES));
         assert!(!cache.source(&d).is_small());
         // A walk in progress (the lock held): the source comes back instead of waiting.
@@ -1042,7 +1043,7 @@ mod tests {
             for c in 0..2u8 {
                 index += 1;
                 if let Some(cmd) = command(&d.state, &Op::Register(c), index) {
-                    d.state.apply(index, cmd);
+                    d.state_mut().apply(index, cmd);
                 }
             }
             let mut last = None;
@@ -1050,15 +1051,15 @@ mod tests {
                 index += 1;
                 match command(&d.state, op, index) {
                     Some(cmd) => {
-                        d.state.apply(index, cmd);
+                        d.state_mut().apply(index, cmd);
                     }
                     None => {
                         let bytes = rmp_serde::to_vec_named(&d.state).expect("encode");
-                        d.state = rmp_serde::from_slice(&bytes).expect("decode");
+                        d.state = Arc::new(rmp_serde::from_slice(&bytes).expect("decode"));
                         // As a snapshot restores it, or (every other index) left without
                         // the workloads' sum: the digest then walks the map.
                         if index.is_multiple_of(2) {
-                            d.state.workloads.restore_sum(None);
+                            d.state_mut().workloads.restore_sum(None);
                         }
                     }
                 }

@@ -35,7 +35,7 @@ fn digest_walk_cost() {
     let log_id = |i| openraft::testing::log_id::<TypeConfig>(1, 1, i);
     let mut d = StateMachineData::default();
     for i in 0..n {
-        d.state.apply(i + 1, submission(i));
+        d.state_mut().apply(i + 1, submission(i));
     }
     assert_eq!(d.state.workloads.len() as u64, n);
     let mut index = n;
@@ -88,7 +88,7 @@ fn digest_walk_cost() {
             std::thread::Builder::new()
                 .name("cycle-apply".into())
                 .spawn_scoped(s, || {
-                    d.state.apply(
+                    d.state_mut().apply(
                         index,
                         Command::ApplyCycle {
                             decisions: Box::new(decisions),

@@ -88,7 +88,7 @@ mod tests {
         assert!(cache.asked_within(WARM_FOR));
         {
             let mut d = data.write().expect("state");
-            d.state.next_seq += 1;
+            d.state_mut().next_seq += 1;
             d.last_applied = Some(log_id(2));
         }
         // Within a few rounds the cache holds index 2's digest: the next ask walks nothing.

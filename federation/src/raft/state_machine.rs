@@ -21,7 +21,31 @@ use crate::state::command::Response;
 pub struct StateMachineData {
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
-    pub state: FederationState,
+    /// Shared, so that a reader's copy under the lock is one reference count (see
+    /// [`StateMachineData::copy`]); apply writes through [`StateMachineData::state_mut`], which
+    /// copies the state (O(1) in what grows with the workloads) only when a reader still
+    /// holds the version it would change. A reader's copy used to be that copy itself, made
+    /// under the reader's lock: a tenth of a millisecond warm, and up to a millisecond when the
+    /// memory it touched was cold, all of it holding off apply.
+    pub state: Arc<FederationState>,
+}
+
+impl StateMachineData {
+    /// A copy of the state for a reader, O(1): take it under the lock, use it after.
+    pub fn copy(&self) -> Arc<FederationState> {
+        self.state.clone()
+    }
+
+    /// The state for apply to change, copied first if a reader holds the current version.
+    /// The copy is the state's [`FederationState::successor`], not a plain clone: it keeps
+    /// the workloads' journal, so the cycle's cursor into it stays good.
+    pub fn state_mut(&mut self) -> &mut FederationState {
+        if Arc::get_mut(&mut self.state).is_none() {
+            self.state = Arc::new(self.state.successor());
+        }
+        // Unshared now: no copy is made here.
+        Arc::make_mut(&mut self.state)
+    }
 }
 
 /// The bytes of a snapshot's state part (everything but the meta), in a versioned envelope:
@@ -141,7 +165,7 @@ impl StateMachineStore {
         let mut d = self.data.write().map_err(io_err)?;
         d.last_applied = body.last_applied;
         d.membership = body.membership;
-        d.state = body.state;
+        d.state = Arc::new(body.state);
         Ok(())
     }
 }
@@ -263,7 +287,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 let index = entry.log_id.index();
                 let results = commands
                     .into_iter()
-                    .map(|c| d.state.apply(index, c))
+                    .map(|c| d.state_mut().apply(index, c))
                     .collect();
                 if let Some(m) = membership {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
@@ -542,6 +566,47 @@ mod copy_slot_tests {
         let seen = seen.lock().expect("lock").clone();
         assert_eq!(seen, vec![(Some(2), 2)], "once, right after entry 2");
         assert!(!slot.withdraw(), "nothing left waiting");
+    }
+
+    /// A reader's copy is the version of its moment, shared rather than copied; apply then
+    /// writes a version of its own, leaves the reader's as it was, and copies nothing while
+    /// no reader holds the version it changes.
+    #[tokio::test]
+    async fn a_readers_copy_is_shared_and_apply_leaves_it_as_it_was() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut sm = StateMachineStore::open(dir.path()).expect("open");
+        let data = sm.data();
+        sm.apply(futures::stream::iter(vec![Ok((submit(1), None))]))
+            .await
+            .expect("apply");
+        let copy = data.read().expect("lock").copy();
+        assert!(Arc::ptr_eq(&copy, &data.read().expect("lock").state));
+        sm.apply(futures::stream::iter(vec![Ok((submit(2), None))]))
+            .await
+            .expect("apply");
+        assert_eq!(copy.workloads.len(), 1, "the reader's version is unchanged");
+        // The cycle's cursor comes from the version it copied, and must follow the next.
+        let cursor = copy.workloads.cursor();
+        let live = data.read().expect("lock").copy();
+        assert_eq!(live.workloads.len(), 2);
+        assert!(
+            !Arc::ptr_eq(&copy, &live),
+            "apply wrote a version of its own"
+        );
+        let changed = live.workloads.changed_since(cursor).map(|n| n.len());
+        assert_eq!(changed, Some(1), "the live version kept the copy's journal");
+        drop((copy, live));
+        let before = Arc::as_ptr(&data.read().expect("lock").state);
+        sm.apply(futures::stream::iter(vec![Ok((submit(3), None))]))
+            .await
+            .expect("apply");
+        let d = data.read().expect("lock");
+        assert_eq!(d.state.workloads.len(), 3);
+        assert_eq!(
+            Arc::as_ptr(&d.state),
+            before,
+            "with no reader holding it, apply changed the state in place"
+        );
     }
 }
 

@@ -115,7 +115,7 @@ const RECENT_REASONS: usize = 64;
 ///
 /// Each entry holds its reason, so that an address in the table is never reused by another
 /// reason while the entry stands.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ReasonHashes {
     recent: Vec<(Arc<PendingReason>, u64)>,
     /// The entry the next new reason replaces, once the table is full.

@@ -144,6 +144,16 @@ impl Default for FederationState {
 }
 
 impl FederationState {
+    /// The next version of this state, to replace it as the live one while readers keep this
+    /// one: a copy ([`Clone`], O(1) in what grows with the workloads) whose workloads keep
+    /// this version's journal ([`workloads::Workloads::successor`]). Only the new version may
+    /// change from here on.
+    pub fn successor(&self) -> Self {
+        let mut next = self.clone();
+        next.workloads = self.workloads.successor();
+        next
+    }
+
     /// The references a workload makes that this state cannot satisfy, with their fields.
     pub fn check_references(&self, w: &Workload) -> Vec<FieldError> {
         let mut errs = Vec::new();

@@ -219,6 +219,28 @@ impl Clone for Workloads {
     }
 }
 
+impl Workloads {
+    /// The next version of this map, to replace it as the live one: the same journal (its
+    /// identity and names), so that a cursor a reader took from this version still reads
+    /// the changes made to the next. This is what apply needs when it writes past a reader's
+    /// copy (`StateMachineData::state_mut`): a [`Clone::clone`] starts a journal of its own,
+    /// and the leader's cycle, whose cursor came from the version it copied, then copied the
+    /// whole backlog every cycle. Only one of the two versions may change afterwards: the old
+    /// one stays, frozen, with its readers.
+    pub fn successor(&self) -> Self {
+        Self {
+            map: self.map.clone(),
+            journal: Journal {
+                id: self.journal.id,
+                start: self.journal.start,
+                names: self.journal.names.clone(),
+            },
+            sum: self.sum,
+            reasons: self.reasons.clone(),
+        }
+    }
+}
+
 impl PartialEq for Workloads {
     fn eq(&self, other: &Self) -> bool {
         self.map == other.map
