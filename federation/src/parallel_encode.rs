@@ -208,7 +208,8 @@ fn lower_priority() {
 /// result. For the snapshot's own thread, which writes the chunks and encodes all the
 /// rest: at the default priority it took a core from the nodes' runtime workers for the
 /// snapshot's whole length, and with three nodes snapshotting at once on two cores,
-/// `cluster status` p99 went from about 6 ms to 12-27 ms at a million workloads. Not a
+/// `cluster status` p99 went from about 6 ms to 12-27 ms at a million workloads. And for
+/// the scheduling cycle's work sized by the backlog (`dispatcher::cycle`). Not a
 /// blocking-pool thread: a nice value, once raised, cannot be lowered back without
 /// privilege, and would stay with whatever that pool thread ran next.
 pub fn low_priority_thread<T: Send + 'static>(
