@@ -508,16 +508,6 @@ impl Taken {
     }
 }
 
-/// Whether any member takes work.
-fn any_ready(state: &FederationState) -> bool {
-    state.members.values().any(|m| {
-        m.cluster
-            .status
-            .as_ref()
-            .is_some_and(|s| s.phase.accepts_work())
-    })
-}
-
 /// The state a cycle reads: under its own read lock, or through apply's copy slot.
 pub struct StateSource {
     pub data: Arc<RwLock<StateMachineData>>,
@@ -605,7 +595,7 @@ pub async fn schedule_loop(
         let Taken { copy, took } = taken;
         // Without a Ready member nothing can be placed or preempted: skip the cycle rather
         // than bring the backlog up to date to learn that.
-        if !any_ready(&copy) {
+        if !copy.any_member_ready() {
             continue;
         }
         let changes = Backlog::changes_at(cursor, &copy);

@@ -82,14 +82,7 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         },
         None => (None, None, None),
     };
-    let no_member_ready = st.read(|d| {
-        !d.state.members.values().any(|m| {
-            m.cluster
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase.accepts_work())
-        })
-    })?;
+    let no_member_ready = st.read(|d| !d.state.any_member_ready())?;
     let redispatch = st
         .redispatch_waits
         .read()

@@ -198,6 +198,17 @@ fn rejected(field: &str, reason: String) -> CommandResult {
 }
 
 impl FederationState {
+    /// Whether any member cluster takes work (Ready): without one nothing can be placed or
+    /// preempted.
+    pub fn any_member_ready(&self) -> bool {
+        self.members.values().any(|m| {
+            m.cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.accepts_work())
+        })
+    }
+
     pub(super) fn register_member(
         &mut self,
         mut member: MemberCluster,
