@@ -198,7 +198,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let (last_applied, membership, state) = {
             let d = self.data.read().map_err(io_err)?;
-            (d.last_applied, d.membership.clone(), d.state.clone())
+            (d.last_applied, d.membership.clone(), d.copy())
         };
         let dir = self.dir.clone();
         let meta = SnapshotMeta {

@@ -37,7 +37,7 @@ pub async fn render(State(st): State<AppState>) -> Response {
     // The phase counts walk every workload: on a copy (O(1) under the lock) and on a
     // blocking thread, so that a scrape holds neither apply nor an async worker for a time
     // that grows with the backlog.
-    if let Ok(copy) = st.read(|d| d.state.clone())
+    if let Ok(copy) = st.read(|d| d.copy())
         && let Ok(gauges) = tokio::task::spawn_blocking(move || state_gauges(&copy)).await
     {
         st.metrics.set_state(&gauges);

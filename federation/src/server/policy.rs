@@ -251,12 +251,7 @@ pub async fn dry_run(
     st.read_barrier(false).await?;
     let now = st.clock.now();
     let live = st.liveness.clone();
-    let (state, index) = st.read(|d| {
-        (
-            d.state.clone(),
-            d.last_applied.map(|l| l.index).unwrap_or(0),
-        )
-    })?;
+    let (state, index) = st.read(|d| (d.copy(), d.last_applied.map(|l| l.index).unwrap_or(0)))?;
     let report = tokio::task::spawn_blocking(move || {
         crate::dispatcher::dry_run::dry_run(&state, p, |n| live.latest_digest(n), now, index)
     })
