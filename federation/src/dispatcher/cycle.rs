@@ -186,11 +186,7 @@ pub fn capture(
         clusters.push(ClusterView {
             name: name.clone(),
             region: rec.cluster.spec.region.clone(),
-            ready: rec
-                .cluster
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase.accepts_work()),
+            ready: rec.accepts_work(),
             digest,
             declared_levels: Some(rec.cluster.spec.topology_levels.clone()),
         });

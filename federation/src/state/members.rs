@@ -104,6 +104,14 @@ fn secs(s: u64) -> chrono::TimeDelta {
 }
 
 impl MemberRecord {
+    /// Whether its phase takes work (Ready); without a status yet, it does not.
+    pub fn accepts_work(&self) -> bool {
+        self.cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.accepts_work())
+    }
+
     /// Whether a quarantine for flapping is in force.
     pub fn quarantined(&self) -> bool {
         self.quarantine.as_ref().is_some_and(|q| q.active)
@@ -201,12 +209,7 @@ impl FederationState {
     /// Whether any member cluster takes work (Ready): without one nothing can be placed or
     /// preempted.
     pub fn any_member_ready(&self) -> bool {
-        self.members.values().any(|m| {
-            m.cluster
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase.accepts_work())
-        })
+        self.members.values().any(|m| m.accepts_work())
     }
 
     pub(super) fn register_member(
@@ -616,12 +619,7 @@ impl FederationState {
         at: DateTime<Utc>,
         index: u64,
     ) -> CommandResult {
-        if !self
-            .members
-            .get(cluster)
-            .and_then(|m| m.cluster.status.as_ref())
-            .is_some_and(|s| s.phase.accepts_work())
-        {
+        if !self.members.get(cluster).is_some_and(|m| m.accepts_work()) {
             return rejected(
                 "cluster",
                 format!("member cluster '{cluster}' is not Ready"),
