@@ -161,16 +161,21 @@ pub async fn agent(mut a: AgentArgs, stop: watch::Receiver<bool>) -> anyhow::Res
             // Nothing is shown before the work moved away while we were gone is stopped: the
             // local view answers once the agent has fenced, registered and fenced again.
             let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+            // The view answers with the agent's lease held, so a resumed agent stops the work
+            // its lapsed lease no longer covers before it shows anything.
+            let lease = tideway_agent::agent::Lease::default();
             let view = tideway_agent::local_view::router(
                 sim.backend.clone(),
                 sim.cluster.clone(),
                 ready_rx,
+                lease.clone(),
             );
             let agent = tokio::spawn(tideway_agent::agent::run_with_ready(
                 cfg,
                 Arc::new(sim.backend),
                 stop,
                 Some(ready_tx),
+                lease,
             ));
             if let Some(addr) = &a.listen {
                 let listener = tokio::net::TcpListener::bind(addr)

@@ -153,13 +153,20 @@ fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
 /// The agent's lease on the work it runs. The federation acknowledges a heartbeat only once
 /// its leader has confirmed it still leads, and says how long the agent may go on running its
 /// work after sending it ([`tideway_api::agent::HeartbeatAck::lease_ms`]); it moves a lost
-/// member's work only later than that. So when the lease runs out (the agent is cut off from
-/// the federation, or only reaches a node that no longer leads), the agent stops all its
-/// active work at once (evicted, as a preemption without grace) before anyone else can start
-/// it. When a heartbeat is acknowledged again it reports the evictions (the federation
-/// requeues that work, to resume from its checkpoint; reports for work it moved meanwhile are
-/// refused) and replays its assignments from the start, read linearizably, so the copies of
-/// moved work are deleted.
+/// member's work only later than that, by a margin for clock skew (docs/agents.md). So when
+/// the lease runs out (the agent is cut off from the federation, or only reaches a node that
+/// no longer leads), the agent stops all its active work at once (evicted, as a preemption
+/// without grace) before anyone else can start it. When a heartbeat is acknowledged again it
+/// reports the evictions (the federation requeues that work, to resume from its checkpoint;
+/// reports for work it moved meanwhile are refused) and replays its assignments from the
+/// start, read linearizably, so the copies of moved work are deleted.
+///
+/// A timer alone does not keep that promise: after the process was paused (SIGSTOP, a VM
+/// freeze, a long GC-like stall of the host) every task wakes at once, and whichever runs
+/// first may serve or report the work the lease no longer covers. So every path that shows,
+/// reports or renews the cluster's work first takes the lease with [`Lease::hold`], which
+/// stops the work if the lease has run out by the clock *now*, under the same lock the
+/// guard and the assignment loop use.
 #[derive(Clone, Default)]
 pub struct Lease(Arc<tokio::sync::Mutex<LeaseState>>);
 
@@ -183,12 +190,51 @@ impl LeaseState {
     fn may_run(&self, now: tokio::time::Instant) -> bool {
         self.acked && !self.suspended && !self.expired(now)
     }
+
+    /// The lease ran out and the work could not be stopped (the cluster did not answer):
+    /// what the cluster holds must not be shown or reported as this member's.
+    fn lapsed_unfenced(&self, now: tokio::time::Instant) -> bool {
+        self.acked && !self.suspended && self.expired(now)
+    }
+}
+
+/// The lease ran out and the cluster's work could not be stopped yet; nothing may be shown or
+/// reported until it is.
+#[derive(Debug, thiserror::Error)]
+#[error("the agent's lease ran out and its work could not be stopped yet")]
+pub struct LeaseLapsed;
+
+/// The lease, checked against the clock when it was taken and held: while it lives neither the
+/// guard nor the assignment loop nor a renewal can change what the cluster runs.
+pub struct HeldLease<'a> {
+    _guard: tokio::sync::MutexGuard<'a, LeaseState>,
 }
 
 impl Lease {
-    /// A heartbeat sent at `sent` was acknowledged with `lease`.
-    async fn renew(&self, sent: tokio::time::Instant, lease: Option<Duration>) {
+    /// Takes the lease, first stopping the work if the lease has run out by now. Every path
+    /// that shows or reports what the cluster runs goes through here, so that after a pause
+    /// no stale view leaves the agent before the guard has had its turn.
+    pub async fn hold<B: Backend>(&self, backend: &B) -> Result<HeldLease<'_>, LeaseLapsed> {
         let mut st = self.0.lock().await;
+        Lease::enforce(&mut st, backend).await;
+        if st.lapsed_unfenced(tokio::time::Instant::now()) {
+            return Err(LeaseLapsed);
+        }
+        Ok(HeldLease { _guard: st })
+    }
+
+    /// A heartbeat sent at `sent` was acknowledged with `lease`. A lease that ran out before
+    /// the answer came is enforced first: the federation may have moved the work in the
+    /// meantime (the answer may have waited out a pause of this process), so the work stops
+    /// and the renewal brings a replay of the assignments rather than a silent extension.
+    pub(crate) async fn renew<B: Backend>(
+        &self,
+        backend: &B,
+        sent: tokio::time::Instant,
+        lease: Option<Duration>,
+    ) {
+        let mut st = self.0.lock().await;
+        Lease::enforce(&mut st, backend).await;
         st.acked = true;
         st.until = lease.map(|l| st.until.map_or(sent + l, |u| u.max(sent + l)));
         if st.suspended && !st.expired(tokio::time::Instant::now()) {
@@ -201,7 +247,7 @@ impl Lease {
     /// Stops every workload the backend holds if the lease has run out. Called with the
     /// lease locked, so no assignment is applied meanwhile.
     async fn enforce<B: Backend>(st: &mut LeaseState, backend: &B) {
-        if !st.acked || st.suspended || !st.expired(tokio::time::Instant::now()) {
+        if !st.lapsed_unfenced(tokio::time::Instant::now()) {
             return;
         }
         let uids: Vec<String> = match backend.statuses().await {
@@ -303,11 +349,18 @@ async fn heartbeats<B: Backend>(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let digest = match backend.digest().await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the cluster's capacity");
+        // The digest says what the cluster's work occupies: read it only with the lease
+        // checked, so that after a pause it never shows work the lease no longer covers.
+        let digest = {
+            let Ok(_held) = lease.hold(backend.as_ref()).await else {
                 continue;
+            };
+            match backend.digest().await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the cluster's capacity");
+                    continue;
+                }
             }
         };
         let mut hb = sender.heartbeat(digest.clone());
@@ -318,7 +371,11 @@ async fn heartbeats<B: Backend>(
             match c.heartbeat(&cfg.cluster, &hb).await {
                 Ok(ack) => {
                     lease
-                        .renew(sent, ack.lease_ms.map(Duration::from_millis))
+                        .renew(
+                            backend.as_ref(),
+                            sent,
+                            ack.lease_ms.map(Duration::from_millis),
+                        )
                         .await;
                     if sender.acknowledged(&ack) && hb.digest.is_none() {
                         tracing::debug!(cluster = %cfg.cluster, "digest base unknown to the federation: sending the full digest");
@@ -604,10 +661,34 @@ fn unlisted_terminal(held: &[LocalStatus], listed: &[AssignmentRecord]) -> Vec<S
     out
 }
 
+/// The statuses and checkpoints to report, read with the lease checked: after a pause the
+/// work the lease no longer covers is stopped before it is read, so a report never says that
+/// work the federation may have moved still runs here. `None` when nothing may be read yet.
+async fn fenced_report<B: Backend>(
+    lease: &Lease,
+    backend: &B,
+) -> Option<(Vec<LocalStatus>, Vec<ReportedCheckpoint>)> {
+    let _held = match lease.hold(backend).await {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "not reporting statuses");
+            return None;
+        }
+    };
+    match backend.report().await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read local statuses");
+            None
+        }
+    }
+}
+
 async fn report_statuses<B: Backend>(
     cfg: AgentConfig,
     fed: Federation,
     backend: Arc<B>,
+    lease: Lease,
     mut stop: watch::Receiver<bool>,
 ) {
     // What the federation has acknowledged, so only changes are sent. Both maps keep only
@@ -620,12 +701,8 @@ async fn report_statuses<B: Backend>(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let (statuses, checkpoints) = match backend.report().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read local statuses");
-                continue;
-            }
+        let Some((statuses, checkpoints)) = fenced_report(&lease, backend.as_ref()).await else {
+            continue;
         };
         // Work the cluster no longer holds (removed after a Cancel) is forgotten here too,
         // or these maps would grow with every workload the member ever ran.
@@ -723,16 +800,18 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
-    run_with_ready(cfg, backend, stop, None).await
+    run_with_ready(cfg, backend, stop, None, Lease::default()).await
 }
 
 /// Like [`run`], telling `ready` once the member is registered and fenced: from then on what
-/// the backend runs is what the federation wants it to run (a local view may be shown).
+/// the backend runs is what the federation wants it to run (a local view may be shown, each
+/// answer with `lease` held: [`Lease::hold`]).
 pub async fn run_with_ready<B: Backend>(
     cfg: AgentConfig,
     backend: Arc<B>,
     stop: watch::Receiver<bool>,
     ready: Option<watch::Sender<bool>>,
+    lease: Lease,
 ) -> Result<(), AgentError> {
     let fed = Federation::new(&cfg.federation, cfg.token.as_deref())?;
     fence(&cfg, backend.as_ref(), &stop).await?;
@@ -744,7 +823,6 @@ pub async fn run_with_ready<B: Backend>(
     if let Some(ready) = ready {
         let _ = ready.send(true);
     }
-    let lease = Lease::default();
     let tasks = vec![
         tokio::spawn(heartbeats(
             cfg.clone(),
@@ -760,11 +838,12 @@ pub async fn run_with_ready<B: Backend>(
             lease.clone(),
             stop.clone(),
         )),
-        tokio::spawn(guard_lease(lease, backend.clone(), stop.clone())),
+        tokio::spawn(guard_lease(lease.clone(), backend.clone(), stop.clone())),
         tokio::spawn(report_statuses(
             cfg.clone(),
             fed.clone(),
             backend.clone(),
+            lease,
             stop.clone(),
         )),
     ];
@@ -811,7 +890,7 @@ mod tests {
         rt.block_on(async {
             // Before any acknowledged heartbeat nothing runs from the assignments.
             assert!(!lease.0.lock().await.may_run(now));
-            lease.renew(now, Some(Duration::from_secs(3))).await;
+            lease.renew(&b, now, Some(Duration::from_secs(3))).await;
             let mut st = lease.0.lock().await;
             assert!(st.may_run(now + Duration::from_secs(2)));
             // Within the lease: enforce leaves the work alone.
@@ -828,13 +907,81 @@ mod tests {
         rt.block_on(async {
             // An acknowledged heartbeat brings the lease back and asks for a replay.
             lease
-                .renew(tokio::time::Instant::now(), Some(Duration::from_secs(3)))
+                .renew(
+                    &b,
+                    tokio::time::Instant::now(),
+                    Some(Duration::from_secs(3)),
+                )
                 .await;
             let st = lease.0.lock().await;
             assert!(!st.suspended);
             assert_eq!(st.resumed, 1, "follow_assignments replays from revision 0");
             assert!(st.may_run(tokio::time::Instant::now()));
         });
+    }
+
+    /// A pause of the whole process: the clock jumps past the lease and no timer has fired
+    /// (the guard has not run). Whatever comes first afterwards, a report or a renewal, stops
+    /// the work before it reads or extends anything.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_past_the_lease_a_report_shows_nothing_running() {
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        b.ensure(&assignment("u1", 1, 8, None))
+            .await
+            .expect("ensure");
+        let lease = Lease::default();
+        lease
+            .renew(
+                &b,
+                tokio::time::Instant::now(),
+                Some(Duration::from_secs(3)),
+            )
+            .await;
+        let (before, _) = fenced_report(&lease, &b).await.expect("a report");
+        assert_eq!(before[0].phase, LocalPhase::Running);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let (after, _) = fenced_report(&lease, &b).await.expect("a report");
+        assert_eq!(after.len(), 1);
+        assert!(
+            matches!(after[0].phase, LocalPhase::Evicted { .. }),
+            "the lapsed lease stopped the work before the report was read: {after:?}"
+        );
+        assert!(lease.0.lock().await.suspended);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_a_pause_past_the_lease_stops_the_work_and_asks_for_a_replay() {
+        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        b.ensure(&assignment("u1", 1, 8, None))
+            .await
+            .expect("ensure");
+        let lease = Lease::default();
+        lease
+            .renew(
+                &b,
+                tokio::time::Instant::now(),
+                Some(Duration::from_secs(3)),
+            )
+            .await;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // The first heartbeat after the pause is acknowledged: the old lease had run out, so
+        // the federation may have moved the work; it stops, and the new lease replays.
+        lease
+            .renew(
+                &b,
+                tokio::time::Instant::now(),
+                Some(Duration::from_secs(3)),
+            )
+            .await;
+        let st = b.statuses().await.expect("statuses");
+        assert!(
+            st.iter()
+                .all(|s| !matches!(s.phase, LocalPhase::Running | LocalPhase::Pending)),
+            "{st:?}"
+        );
+        let l = lease.0.lock().await;
+        assert_eq!(l.resumed, 1, "the assignments are replayed from revision 0");
+        assert!(l.may_run(tokio::time::Instant::now()));
     }
 
     #[test]
@@ -848,7 +995,7 @@ mod tests {
             .expect("ensure");
         let lease = Lease::default();
         rt.block_on(async {
-            lease.renew(tokio::time::Instant::now(), None).await;
+            lease.renew(&b, tokio::time::Instant::now(), None).await;
             let mut st = lease.0.lock().await;
             Lease::enforce(&mut st, &b).await;
             assert!(!st.suspended);

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use tideway_api::Problem;
 use tideway_api::agent::{FaultAck, FaultRequest, LocalView};
 
+use crate::agent::Lease;
 use crate::backend::Backend;
 use crate::sim::SimBackend;
 
@@ -21,15 +22,20 @@ struct ViewState {
     backend: SimBackend,
     cluster: String,
     shown: tokio::sync::watch::Receiver<bool>,
+    lease: Lease,
 }
 
 /// The endpoint's routes over a sim backend. `/v1/local` answers 503 until `shown` turns
 /// true: before the agent has fenced, the cluster may still hold work the federation moved
-/// elsewhere, and nothing should read that as what the member runs.
+/// elsewhere, and nothing should read that as what the member runs. After that each answer
+/// is read with the agent's `lease` held ([`Lease::hold`]): an agent resumed after a pause
+/// longer than its lease stops its work before it shows anything, so the view never lists as
+/// running work the federation may already run elsewhere.
 pub fn router(
     backend: SimBackend,
     cluster: String,
     shown: tokio::sync::watch::Receiver<bool>,
+    lease: Lease,
 ) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -39,6 +45,7 @@ pub fn router(
             backend,
             cluster,
             shown,
+            lease,
         })
 }
 
@@ -49,6 +56,11 @@ async fn local(State(v): State<ViewState>) -> Result<Json<LocalView>, (StatusCod
             "the agent has not fenced its cluster yet".into(),
         ));
     }
+    let _held = v
+        .lease
+        .hold(&v.backend)
+        .await
+        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let workloads = v
         .backend
         .statuses()
@@ -125,11 +137,68 @@ mod tests {
             .extension(ConnectInfo(addr))
             .body(Body::from(r#"{"node":"no-such-node","kind":"gpu"}"#))
             .expect("request");
-        router(backend, "sim".into(), tokio::sync::watch::channel(true).1)
-            .oneshot(req)
-            .await
-            .expect("response")
-            .status()
+        router(
+            backend,
+            "sim".into(),
+            tokio::sync::watch::channel(true).1,
+            Lease::default(),
+        )
+        .oneshot(req)
+        .await
+        .expect("response")
+        .status()
+    }
+
+    /// The process was paused past its lease and resumed: the clock jumped, no timer fired,
+    /// the guard has not run. The first request served must not list the work as running
+    /// (the federation may already run it elsewhere).
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_past_the_lease_the_view_shows_nothing_running() {
+        use crate::sim::cluster::tests::assignment;
+        use tideway_api::agent::LocalPhase;
+        let backend = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
+        for uid in ["u1", "u2"] {
+            backend
+                .ensure(&assignment(uid, 1, 8, None))
+                .await
+                .expect("ensure");
+        }
+        let lease = Lease::default();
+        lease
+            .renew(
+                &backend,
+                tokio::time::Instant::now(),
+                Some(std::time::Duration::from_secs(3)),
+            )
+            .await;
+        let app = router(
+            backend,
+            "sim".into(),
+            tokio::sync::watch::channel(true).1,
+            lease,
+        );
+        let view = |app: Router| async move {
+            let resp = app
+                .oneshot(
+                    Request::get("/v1/local")
+                        .body(Body::empty())
+                        .expect("request"),
+                )
+                .await
+                .expect("response");
+            assert_eq!(resp.status(), StatusCode::OK);
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            let v: LocalView = serde_json::from_slice(&bytes).expect("a local view");
+            v.workloads
+                .iter()
+                .filter(|w| matches!(w.phase, LocalPhase::Running | LocalPhase::Pending))
+                .count()
+        };
+        assert_eq!(view(app.clone()).await, 2, "within the lease both run");
+        tokio::time::advance(std::time::Duration::from_secs(10)).await;
+        assert_eq!(view(app).await, 0, "served after the pause: nothing runs");
     }
 
     #[tokio::test]

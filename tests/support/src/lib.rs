@@ -445,6 +445,22 @@ impl ProcCluster {
         Ok(())
     }
 
+    /// Sends `signal` (a name `kill` knows: `STOP`, `CONT`) to a running agent process, e.g.
+    /// to freeze it past its lease and resume it.
+    pub fn signal_agent(&self, name: &str, signal: &str) -> anyhow::Result<()> {
+        let a = self.agents.get(name).context("no such agent")?;
+        let c = a.child.as_ref().context("the agent is not running")?;
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(c.id().to_string())
+            .status()?
+            .success();
+        if !ok {
+            bail!("kill -{signal} {name} failed");
+        }
+        Ok(())
+    }
+
     /// What an agent's cluster holds: `/v1/local` of the agent.
     pub async fn agent_local(&self, name: &str) -> anyhow::Result<LocalView> {
         let a = self.agents.get(name).context("no such agent")?;
