@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)] // tests wait on real time
 
 mod common;
+mod t100_agent_pause_fence;
 mod t10_submit_failover;
 mod t20_restart;
 mod t30_snapshot_catch_up;
