@@ -235,6 +235,12 @@ impl Lease {
     ) {
         let mut st = self.0.lock().await;
         Lease::enforce(&mut st, backend).await;
+        if st.lapsed_unfenced(tokio::time::Instant::now()) {
+            // The work the lapsed lease covered could not be stopped: a renewal now would
+            // let it run on as if the lease had never run out. The guard keeps trying; a
+            // later heartbeat renews once it has.
+            return;
+        }
         st.acked = true;
         st.until = lease.map(|l| st.until.map_or(sent + l, |u| u.max(sent + l)));
         if st.suspended && !st.expired(tokio::time::Instant::now()) {
@@ -982,6 +988,77 @@ mod tests {
         let l = lease.0.lock().await;
         assert_eq!(l.resumed, 1, "the assignments are replayed from revision 0");
         assert!(l.may_run(tokio::time::Instant::now()));
+    }
+
+    /// A sim cluster whose API can be taken down.
+    struct Flaky {
+        sim: SimBackend,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl Flaky {
+        fn up(&self) -> Result<(), BackendError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(BackendError::Unavailable("down".into()));
+            }
+            Ok(())
+        }
+    }
+
+    impl Backend for Flaky {
+        async fn digest(&self) -> Result<CapacityDigest, BackendError> {
+            self.up()?;
+            self.sim.digest().await
+        }
+        async fn ensure(&self, a: &tideway_api::agent::Assignment) -> Result<(), BackendError> {
+            self.up()?;
+            self.sim.ensure(a).await
+        }
+        async fn preempt(&self, uid: &str, grace: Duration) -> Result<(), BackendError> {
+            self.up()?;
+            self.sim.preempt(uid, grace).await
+        }
+        async fn checkpoint(&self, uid: &str, by: DateTime<Utc>) -> Result<(), BackendError> {
+            self.sim.checkpoint(uid, by).await
+        }
+        async fn remove(&self, uid: &str) -> Result<(), BackendError> {
+            self.up()?;
+            self.sim.remove(uid).await
+        }
+        async fn statuses(&self) -> Result<Vec<LocalStatus>, BackendError> {
+            self.up()?;
+            self.sim.statuses().await
+        }
+        fn now(&self) -> DateTime<Utc> {
+            self.sim.now()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_lapsed_work_cannot_be_stopped_nothing_is_reported_or_renewed() {
+        let b = Flaky {
+            sim: SimBackend::new(small(), Arc::new(ManualClock::new(t(0)))),
+            down: Default::default(),
+        };
+        b.ensure(&assignment("u1", 1, 8, None))
+            .await
+            .expect("ensure");
+        let lease = Lease::default();
+        let three = Some(Duration::from_secs(3));
+        lease.renew(&b, tokio::time::Instant::now(), three).await;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        b.down.store(true, Ordering::SeqCst);
+        assert!(lease.hold(&b).await.is_err(), "nothing may be shown");
+        assert!(fenced_report(&lease, &b).await.is_none());
+        // An acknowledgement does not revive the lapsed lease over work still running.
+        lease.renew(&b, tokio::time::Instant::now(), three).await;
+        assert!(lease.hold(&b).await.is_err());
+        // The cluster answers again: the work stops first, then a renewal replays.
+        b.down.store(false, Ordering::SeqCst);
+        let (st, _) = fenced_report(&lease, &b).await.expect("a report");
+        assert!(matches!(st[0].phase, LocalPhase::Evicted { .. }), "{st:?}");
+        lease.renew(&b, tokio::time::Instant::now(), three).await;
+        assert_eq!(lease.0.lock().await.resumed, 1);
     }
 
     #[test]
