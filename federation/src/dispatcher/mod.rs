@@ -59,12 +59,24 @@ pub struct DispatchConfig {
 }
 
 impl DispatchConfig {
-    /// How long an agent may run its work after sending a heartbeat that was acknowledged:
-    /// the member's work moves no sooner than `not_ready_after + member_lost_after` after it,
-    /// and half the wait timeout is kept as a margin for clock rates and the agent's own
-    /// delay in stopping its work.
+    /// How long an agent may run its work after sending a heartbeat that was acknowledged
+    /// (`leaseMs` in the answer). The member's work moves no sooner than `not_ready_after +
+    /// member_lost_after` after the leader received that heartbeat, which is after the agent
+    /// sent it; the lease ends [`Self::agent_lease_margin`] earlier than that, so an agent
+    /// that self-fences when its lease runs out has stopped its copies before any of them
+    /// moves (docs/agents.md, "The lease").
     pub fn agent_lease(&self) -> Duration {
-        self.not_ready_after + self.member_lost_after / 2
+        (self.not_ready_after + self.member_lost_after).saturating_sub(self.agent_lease_margin())
+    }
+
+    /// What the lease keeps between the end of an agent's lease and the earliest move of its
+    /// work: half the wait timeout (30 s by default). It absorbs what the two timings do not
+    /// share: the federation nodes' wall clocks (a member is declared NotReady at one
+    /// leader's time and lost by another's), the agent's and the leader's clock rates, and
+    /// the time the agent takes to stop its work once the lease runs out (its 100 ms guard
+    /// tick, and the backend deleting the work: a Kubernetes pod's termination grace period).
+    pub fn agent_lease_margin(&self) -> Duration {
+        self.member_lost_after / 2
     }
 }
 
@@ -84,6 +96,40 @@ impl Default for DispatchConfig {
             redispatch_per_second: 20.0,
             redispatch_per_member_per_second: 5.0,
             flaps: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_lease_ends_a_margin_before_the_work_may_move() {
+        // The defaults: NotReady after 6 s, lost 60 s later; the lease is 36 s, 30 s short.
+        let d = DispatchConfig::default();
+        assert_eq!(d.agent_lease(), Duration::from_secs(36));
+        assert_eq!(d.agent_lease_margin(), Duration::from_secs(30));
+        for (hb_ms, missed, lost_ms) in
+            [(2000, 3, 60_000), (500, 3, 2000), (100, 1, 1), (250, 4, 0)]
+        {
+            let heartbeat_interval = Duration::from_millis(hb_ms);
+            let c = DispatchConfig {
+                heartbeat_interval,
+                not_ready_after: heartbeat_interval * missed,
+                member_lost_after: Duration::from_millis(lost_ms),
+                ..DispatchConfig::default()
+            };
+            let earliest_move = c.not_ready_after + c.member_lost_after;
+            assert_eq!(
+                c.agent_lease() + c.agent_lease_margin(),
+                earliest_move,
+                "{hb_ms} ms × {missed}, lost after {lost_ms} ms"
+            );
+            if lost_ms > 0 {
+                assert!(c.agent_lease() < earliest_move, "the lease ends first");
+            }
+            assert!(c.agent_lease() >= c.not_ready_after, "outlives a NotReady");
         }
     }
 }
