@@ -494,6 +494,14 @@ pub struct ServerArgs {
     /// The longest one API request may take (watches excepted), in ms; 0 for no bound.
     #[arg(long, default_value_t = tideway_federation::server::DEFAULT_REQUEST_TIMEOUT_MS)]
     pub request_timeout_ms: u64,
+    /// How long a client may take to send a request's head, and how long a kept-alive
+    /// connection may sit idle, in ms; the connection is closed after it. 0 for no bound.
+    #[arg(long, default_value_t = tideway_federation::listen::DEFAULT_HEADER_READ_TIMEOUT_MS)]
+    pub header_read_timeout_ms: u64,
+    /// Connections one remote IP may hold that are not serving a request (unfinished heads,
+    /// idle keep-alives); more are closed at accept. 0 for no cap.
+    #[arg(long, default_value_t = tideway_federation::listen::DEFAULT_MAX_IDLE_CONNECTIONS_PER_IP)]
+    pub max_idle_connections_per_ip: usize,
     /// Raft heartbeat period (ms).
     #[arg(long, default_value_t = tideway_federation::node::DEFAULT_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
@@ -1266,6 +1274,11 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.limits.rate_per_second = a.rate_limit;
     cfg.limits.rate_burst = a.rate_burst;
     cfg.limits.request_timeout = std::time::Duration::from_millis(a.request_timeout_ms);
+    cfg.conn_limits = tideway_federation::listen::ConnLimits {
+        header_read_timeout: (a.header_read_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(a.header_read_timeout_ms)),
+        max_idle_per_ip: a.max_idle_connections_per_ip,
+    };
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
     cfg.snapshot_every = a.snapshot_every;

@@ -10,6 +10,7 @@
 
 pub mod dispatcher;
 pub mod hex;
+pub mod listen;
 pub mod memory;
 pub mod metrics;
 pub mod node;

@@ -91,6 +91,9 @@ pub struct NodeConfig {
     /// When joining, ask to be made a voter as soon as this node has caught up, instead of
     /// staying a learner until an admin promotes it.
     pub auto_promote: bool,
+    /// The header-read deadline and the per-address cap on idle connections, on every
+    /// listener.
+    pub conn_limits: crate::listen::ConnLimits,
 }
 
 impl NodeConfig {
@@ -115,6 +118,7 @@ impl NodeConfig {
             cluster_secret: None,
             tls: None,
             auto_promote: false,
+            conn_limits: Default::default(),
         }
     }
 
@@ -291,12 +295,23 @@ impl Node {
             },
         )));
         let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
-        let (addr, task) = serve(&cfg.listen, tls.clone(), server::router(state.clone())).await?;
+        let (addr, task) = serve(
+            &cfg.listen,
+            tls.clone(),
+            server::router(state.clone()),
+            cfg.conn_limits,
+        )
+        .await?;
         tasks.push(task);
         let peer_addr = match &cfg.peer_listen {
             Some(listen) => {
-                let (peer, task) =
-                    serve(listen, tls.clone(), server::peer_router(state.clone())).await?;
+                let (peer, task) = serve(
+                    listen,
+                    tls.clone(),
+                    server::peer_router(state.clone()),
+                    cfg.conn_limits,
+                )
+                .await?;
                 tasks.push(task);
                 tracing::info!(%peer, "peer plane listening apart from the API");
                 Some(peer)
@@ -373,31 +388,20 @@ async fn serve(
     listen: &str,
     tls: Option<Arc<rustls::ServerConfig>>,
     app: axum::Router,
+    limits: crate::listen::ConnLimits,
 ) -> Result<(String, tokio::task::JoinHandle<()>), NodeError> {
-    let bind_err = |source| NodeError::Listen {
-        addr: listen.to_string(),
-        source,
-    };
-    let listener = TcpListener::bind(listen).await.map_err(bind_err)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| NodeError::Listen {
+            addr: listen.to_string(),
+            source,
+        })?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| listen.to_string());
-    let task = match tls {
-        Some(cfg) => {
-            let listener = crate::tls::TlsListener::new(listener, cfg).map_err(bind_err)?;
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!(error = %e, "https server stopped");
-                }
-            })
-        }
-        None => tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "http server stopped");
-            }
-        }),
-    };
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+    let task = tokio::spawn(crate::listen::serve(listener, tls, app, limits));
     Ok((addr, task))
 }
 
