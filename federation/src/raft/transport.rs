@@ -95,8 +95,20 @@ async fn append_stream(State(peer): State<Peer>, req: axum::extract::Request) ->
     })
 }
 
-async fn watch(State(peer): State<Peer>) -> StatusCode {
-    super::leader_watch::hold(&peer.raft).await
+/// A watch carries no body; one that does is not a follower's watch (a probe, a fuzzer, a
+/// mistaken client) and is answered 400 at once rather than held for [`HOLD`]. The body is
+/// judged by its announced length, never read, so a large one costs nothing either.
+///
+/// [`HOLD`]: super::leader_watch::HOLD
+async fn watch(State(peer): State<Peer>, body: axum::body::Body) -> Response {
+    use axum::body::HttpBody;
+    if body.size_hint().exact() != Some(0) {
+        return bad_request(format!(
+            "{} takes no request body",
+            super::leader_watch::WATCH_PATH
+        ));
+    }
+    super::leader_watch::hold(&peer.raft).await.into_response()
 }
 
 async fn vote(State(raft): State<Raft>, body: Bytes) -> Response {

@@ -179,7 +179,7 @@ pub async fn snapshot(State(st): State<AppState>) -> Result<Json<SnapshotAck>, A
             "snapshot built",
         )
         .await
-        .map_err(|e| ApiError::Unavailable(format!("waiting for the snapshot: {e}")))?;
+        .map_err(|e| super::wait_failed("waiting for the snapshot", &e))?;
     let snap = m.snapshot.map(|s| s.index()).unwrap_or(0);
     st.raft
         .trigger()
@@ -194,7 +194,7 @@ pub async fn snapshot(State(st): State<AppState>) -> Result<Json<SnapshotAck>, A
             "log purged",
         )
         .await
-        .map_err(|e| ApiError::Unavailable(format!("waiting for the purge: {e}")))?;
+        .map_err(|e| super::wait_failed("waiting for the purge", &e))?;
     Ok(Json(SnapshotAck {
         snapshot: snap,
         purged: m.purged.map(|p| p.index()),

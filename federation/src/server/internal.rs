@@ -58,7 +58,14 @@ pub async fn read_index(State(st): State<AppState>) -> Response {
     }
     match st.raft.get_read_log_id(ReadPolicy::ReadIndex).await {
         Ok((read_log_id, _applied)) => reply(&Forwarded::Ok(read_log_id.index())),
-        Err(e) => reply::<()>(&Forwarded::Unavailable(e.to_string())),
+        // Raft's error names peers and quorums, and the asking node passes the message on
+        // to its client: logged here, answered in general terms.
+        Err(e) => {
+            tracing::debug!(error = %e, "read index");
+            reply::<()>(&Forwarded::Unavailable(
+                "the leader could not confirm it still leads".into(),
+            ))
+        }
     }
 }
 

@@ -187,7 +187,15 @@ impl AppState {
                 self.raft
                     .ensure_linearizable(ReadPolicy::ReadIndex)
                     .await
-                    .map_err(|e| ApiError::Unavailable(format!("linearizable read failed: {e}")))?;
+                    .map_err(|e| {
+                        // Raft's error names peers and quorums: logged, not answered.
+                        tracing::debug!(error = %e, "linearizable read");
+                        ApiError::Unavailable(
+                            "this node could not confirm it still leads; retry, or read \
+                             with ?stale=true"
+                                .into(),
+                        )
+                    })?;
                 Ok(())
             }
             Some(l) => {
@@ -196,15 +204,28 @@ impl AppState {
                     .wait(Some(Duration::from_secs(5)))
                     .applied_index_at_least(Some(idx), "linearizable read")
                     .await
-                    .map_err(|e| {
-                        ApiError::Unavailable(format!("catching up to the leader: {e}"))
-                    })?;
+                    .map_err(|e| wait_failed("catching up to the leader", &e))?;
                 Ok(())
             }
             None => Err(ApiError::Unavailable(
                 "no leader is known; retry, or read with ?stale=true".into(),
             )),
         }
+    }
+}
+
+/// The answer for a wait on Raft that failed while `doing` something. Raft's own message
+/// prints its metrics (node id, vote, last log, membership): internal state that is logged
+/// here and never sent to a client.
+pub fn wait_failed(doing: &str, e: &openraft::metrics::WaitError) -> ApiError {
+    use openraft::metrics::WaitError;
+    tracing::debug!(error = %e, "{doing}");
+    match e {
+        WaitError::Timeout(after, _) => ApiError::Unavailable(format!(
+            "{doing} took longer than {} ms; retry",
+            after.as_millis()
+        )),
+        WaitError::ShuttingDown => ApiError::Unavailable("this node is shutting down".into()),
     }
 }
 

@@ -148,13 +148,39 @@ pub async fn watch(
     // first, or the answer would claim a version it does not reflect.
     let applied = st.read(|d| d.last_applied.map(|l| l.index()).unwrap_or(0))?;
     if applied < from {
-        st.raft
-            .wait(Some(deadline - tokio::time::Instant::now()))
+        // A version beyond what the leader has committed was never answered by any node: a
+        // client's mistake, which no wait or retry mends.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if let Some(last) = federation_index(st, left).await
+            && from > last
+        {
+            return Err(ApiError::field(
+                "query:resourceVersion",
+                format!(
+                    "version {from} is ahead of the federation's last committed version \
+                     {last}; watch from a version a list or watch answered (0 lists \
+                     everything)"
+                ),
+            ));
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match st
+            .raft
+            .wait(Some(left))
             .applied_index_at_least(Some(from), "watch catch-up")
             .await
-            .map_err(|e| {
-                ApiError::Unavailable(format!("this node has not reached version {from}: {e}"))
-            })?;
+        {
+            Ok(_) => {}
+            // Not caught up within the watch's own time: answered as any watch that saw no
+            // change, from the same version, and the client asks again.
+            Err(openraft::metrics::WaitError::Timeout(..)) => {
+                return Ok(WatchPage {
+                    items: Vec::new(),
+                    resource_version: from,
+                });
+            }
+            Err(e) => return Err(super::wait_failed("catching up to the watched version", &e)),
+        }
     }
     loop {
         let (items, version) = changes(st, access, scope, from)?;
@@ -170,5 +196,50 @@ pub async fn watch(
             .wait(Some(deadline - now))
             .applied_index_at_least(Some(version + 1), "watch")
             .await;
+    }
+}
+
+/// The federation's last committed index, as the leader knows it (its ReadIndex), within
+/// `within`; `None` when no leader answers in time (the caller then waits instead of
+/// judging). Every version any node answered is at most this.
+async fn federation_index(st: &AppState, within: Duration) -> Option<u64> {
+    let me = *st.raft.node_id();
+    let ask = async {
+        match st.raft.current_leader().await? {
+            l if l == me => st
+                .raft
+                .get_read_log_id(openraft::ReadPolicy::ReadIndex)
+                .await
+                .ok()
+                .map(|(read, _)| read.index()),
+            l => st.forwarder.read_index(l).await.ok(),
+        }
+    };
+    tokio::time::timeout(within, ask).await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::metrics::WaitError;
+
+    /// Raft's wait error carries its whole metrics line; none of it reaches a client.
+    #[test]
+    fn a_failed_wait_answers_without_raft_state() {
+        let e = WaitError::Timeout(
+            std::time::Duration::from_millis(1500),
+            "watch catch-up latest: Metrics{id:2, Follower, term:3, vote:<T3-N1:Q>, \
+             last_log:T3-N1.88, membership:{voters:[{1,2,3}]}}"
+                .into(),
+        );
+        let p = super::super::wait_failed("catching up to the watched version", &e).to_problem();
+        assert_eq!(p.status, 503);
+        let detail = p.detail.unwrap_or_default();
+        assert!(
+            detail.contains("catching up") && detail.contains("1500 ms"),
+            "{detail}"
+        );
+        for internal in ["Metrics", "vote", "last_log", "membership", "term"] {
+            assert!(!detail.contains(internal), "{internal} in {detail}");
+        }
     }
 }
