@@ -710,7 +710,7 @@ impl Client {
 
     /// Applies the scoped candidate to the whole fleet.
     pub async fn policy_widen(&self) -> Result<crate::Policy, ClientError> {
-        self.post_json("/v1/policy/widen", &(), 30).await
+        self.post_json("/v1/policy/widen", &EmptyBody {}, 30).await
     }
 
     /// Field-level differences between two versions, or a version and a candidate.

@@ -46,6 +46,26 @@ pub struct NodeStatus {
     pub log_syncs: u64,
     /// Log entries appended since this process started.
     pub log_entries: u64,
+    /// Set when this node has been removed from the federation: it serves nothing but its
+    /// status, and says here why and which members it last knew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<RemovedNotice>,
+}
+
+/// What a node knows of its own removal from the federation: sent by the leader that removed
+/// it, or seen in a membership it applied that no longer lists it; kept in its data directory
+/// so that a restart does not bring it back serving a stale copy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RemovedNotice {
+    /// The Raft id of the removed node.
+    pub id: u64,
+    /// The members (Raft id to API address) of the federation after the removal, as last
+    /// known: where clients should go instead.
+    pub members: BTreeMap<u64, String>,
+    /// How the node learned it: who removed it, or which membership left it out.
+    pub reason: String,
 }
 
 /// `POST /v1/cluster/join`: add a node as a learner; with `promote`, make it a voter once it

@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_path_to_error::{Path, Segment, Track};
 use thiserror::Error;
 
@@ -160,6 +160,34 @@ fn is_blank(bytes: &[u8]) -> bool {
     bytes.iter().all(u8::is_ascii_whitespace)
 }
 
+/// A document whose top level must be a mapping.
+///
+/// serde's derived `Deserialize` for a struct also accepts a sequence of its fields in order,
+/// so without this `[2]` decodes as `{"id": 2}`: a body of the wrong shape would perform the
+/// action (`POST /v1/cluster/remove` with `[2]` removed voter 2). Every document Tideway reads
+/// is an object, so the top level is asked for as a map and anything else is refused before
+/// the type sees it. Nested fields keep serde's rules; the type's own visitor reads the map,
+/// so unknown fields, defaults and paths in errors are unchanged.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapOnly<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for MapOnly<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object (a mapping of field names to values)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(MapOnly(std::marker::PhantomData))
+            .map(ObjectOnly)
+    }
+}
+
 /// Decodes one JSON document strictly (unknown fields and trailing data are errors).
 pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     let format = Format::Json;
@@ -170,13 +198,16 @@ pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
     // a pop per field), and decode again with tracking only to name the field of an error.
     // Decoding is deterministic, so the second pass fails where the first did.
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    if let Ok(value) = T::deserialize(&mut de).and_then(|value| de.end().map(|()| value)) {
+    if let Ok(ObjectOnly(value)) =
+        ObjectOnly::<T>::deserialize(&mut de).and_then(|value| de.end().map(|()| value))
+    {
         return Ok(value);
     }
     let mut track = Track::new();
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let result = T::deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
-        .and_then(|value| de.end().map(|()| value));
+    let result =
+        ObjectOnly::<T>::deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
+            .and_then(|ObjectOnly(value)| de.end().map(|()| value));
     result.map_err(|e| {
         let field = path_string(&track.path());
         let reason = e.to_string();
@@ -205,7 +236,8 @@ pub fn decode_yaml<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
     let mut track = Track::new();
     let options = serde_saphyr::options! { with_snippet: false };
     let result = serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |de| {
-        T::deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
+        ObjectOnly::<T>::deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
+            .map(|ObjectOnly(value)| value)
     });
     result.map_err(|e| {
         let field = path_string(&track.path());
@@ -213,7 +245,19 @@ pub fn decode_yaml<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
         let reason = e
             .to_string()
             .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
-        if is_yaml_data_error(&e) {
+        if let serde_saphyr::Error::Unexpected {
+            expected: "mapping start",
+            ..
+        } = e.without_snippet()
+        {
+            // The parser's own words for a sequence or scalar where an object belongs.
+            DecodeError::Invalid {
+                format,
+                field,
+                reason: "invalid type: expected an object (a mapping of field names to values)"
+                    .to_owned(),
+            }
+        } else if is_yaml_data_error(&e) {
             DecodeError::Invalid {
                 format,
                 field,
@@ -413,6 +457,40 @@ mod tests {
     fn bench_with(from: &str, to: &str) -> String {
         assert!(BENCH_JSON.contains(from), "{from}");
         BENCH_JSON.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn a_document_that_is_not_an_object_is_refused_whole() {
+        // serde's derive would read `[2]` as the first field of a struct: the body that
+        // removed a voter. Every shape but a mapping is refused at the top, in both formats.
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Remove {
+            id: u64,
+        }
+        for body in ["[2]", "2", "null", "\"x\"", "true", "[{\"id\":2}]"] {
+            let err = decode_json::<Remove>(body.as_bytes()).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::Invalid { .. }),
+                "{body}: {err:?}"
+            );
+            assert_eq!(err.field(), "", "{body}: the document as a whole");
+            assert!(err.reason().contains("expected an object"), "{body}: {err}");
+        }
+        for body in ["[2]\n", "- 2\n", "2\n", "x\n"] {
+            let err = decode_yaml::<Remove>(body.as_bytes()).unwrap_err();
+            assert!(
+                err.reason().contains("expected an object"),
+                "{body:?}: {err}"
+            );
+        }
+        assert_eq!(decode_json::<Remove>(br#"{"id":2}"#).unwrap().id, 2);
+        assert_eq!(decode_yaml::<Remove>(b"id: 2\n").unwrap().id, 2);
+        // Nested paths and unknown fields are still named as before.
+        let err = decode_json::<Remove>(br#"{"id":"two"}"#).unwrap_err();
+        assert_eq!(err.field(), "id");
+        assert!(decode_json::<Workload>(b"[]").is_err());
+        assert!(decode_resource(b"[1, 2]", Some("application/json")).is_err());
     }
 
     fn yaml_with(from: &str, to: &str) -> String {

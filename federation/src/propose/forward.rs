@@ -29,6 +29,9 @@ pub mod routes {
     /// A heartbeat, answered with the leader's whole outcome (`HEARTBEAT` answers only
     /// whether the digest was replicated, for followers of older releases).
     pub const HEARTBEAT_OUTCOME: &str = "/internal/heartbeat-outcome";
+    /// The leader tells a node it removed that it is no longer a member (leader to the
+    /// removed node, the one route that goes that way).
+    pub const REMOVED: &str = "/internal/removed";
 }
 
 /// What the leader answers to a forwarded request.
@@ -213,6 +216,48 @@ impl Forwarder {
             Duration::from_secs(30),
         )
         .await
+    }
+
+    /// Tells a node this leader removed that it is no longer a member, so that it stops
+    /// serving a copy that will never advance again. Best effort, retried for about half a
+    /// minute: a node that is down then learns it from its own membership, or stays refused
+    /// by the others (it gets no appends and no votes).
+    pub fn notify_removed(&self, peer: String, notice: tideway_api::cluster::RemovedNotice) {
+        let http = self.http.clone();
+        let plane = self.plane.clone();
+        tokio::spawn(async move {
+            let Ok(body) = rmp_serde::to_vec_named(&notice) else {
+                return;
+            };
+            let mut wait = Duration::from_millis(200);
+            for _ in 0..8 {
+                let sent = plane
+                    .authorize(http.post(plane.url(&peer, routes::REMOVED)))
+                    .header(reqwest::header::CONTENT_TYPE, MSGPACK)
+                    .body(body.clone())
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status().is_success() => {
+                        tracing::info!(node = notice.id, "told the removed node of its removal");
+                        return;
+                    }
+                    Ok(r) => {
+                        tracing::debug!(node = notice.id, status = %r.status(), "removal notice refused")
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = notice.id, error = %e, "removal notice not delivered")
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(8));
+            }
+            tracing::info!(
+                node = notice.id,
+                "the removed node could not be told; it learns it from its own membership"
+            );
+        });
     }
 
     /// Asks the leader to explain a workload; the answer's type is the server's to define.

@@ -63,7 +63,7 @@ pub async fn promote(
 pub async fn remove(raft: &Raft, fwd: &Forwarder, req: &RemoveRequest) -> Result<(), ProposeError> {
     match fwd.remote_leader().await? {
         Some(leader) => fwd.remove(leader, req).await,
-        None => remove_here(raft, req).await,
+        None => remove_here(raft, fwd, req).await,
     }
 }
 
@@ -157,7 +157,11 @@ pub async fn promote_here(raft: &Raft, id: NodeId, wait: Duration) -> Result<u64
 }
 
 /// The leader's half of [`remove`].
-pub async fn remove_here(raft: &Raft, req: &RemoveRequest) -> Result<(), ProposeError> {
+pub async fn remove_here(
+    raft: &Raft,
+    fwd: &Forwarder,
+    req: &RemoveRequest,
+) -> Result<(), ProposeError> {
     if !raft.is_leader() {
         return Err(ProposeError::NoLeader);
     }
@@ -169,13 +173,33 @@ pub async fn remove_here(raft: &Raft, req: &RemoveRequest) -> Result<(), Propose
             req.id
         )));
     }
+    let removed_peer = mem
+        .nodes()
+        .find(|(id, _)| **id == req.id)
+        .map(|(_, n)| n.peer().to_owned());
     let change = if mem.voter_ids().any(|v| v == req.id) {
         ChangeMembers::RemoveVoters(BTreeSet::from([req.id]))
     } else {
         ChangeMembers::RemoveNodes(BTreeSet::from([req.id]))
     };
-    raft.change_membership(change, false)
+    let done = raft
+        .change_membership(change, false)
         .await
         .map_err(|e| ProposeError::Unavailable(format!("removing {}: {e}", req.id)))?;
+    if let Some(peer) = removed_peer {
+        let members = done
+            .membership()
+            .as_ref()
+            .map(|m| m.nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
+            .unwrap_or_default();
+        fwd.notify_removed(
+            peer,
+            tideway_api::cluster::RemovedNotice {
+                id: req.id,
+                members,
+                reason: format!("removed by the leader, node {}", raft.node_id()),
+            },
+        );
+    }
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod network;
 pub mod node_info;
 pub mod peer_plane;
 pub mod received;
+pub mod removal;
 pub(crate) mod snapshot_decode;
 pub mod snapshot_file;
 pub mod snapshot_policy;

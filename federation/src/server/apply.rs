@@ -22,8 +22,7 @@ pub async fn apply(
 ) -> Result<([(&'static str, &'static str); 1], Json<AnyResource>), ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
     let ct = super::workloads::content_type(&headers)?;
-    let res = tideway_api::decode_resource(&body, ct)
-        .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
+    let res = tideway_api::decode_resource(&body, ct).map_err(ApiError::from)?;
     res.validate()
         .map_err(|e| ApiError::Invalid(e.into_inner()))?;
     // What this apply does to the current state, for `kubectl apply`-like output; read after

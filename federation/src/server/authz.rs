@@ -181,7 +181,9 @@ impl Access {
                 Err("reading role bindings needs the viewer role or above".into())
             }
             // Fleet-wide figures and notification endpoints: not a single tenant's to read.
-            (&Method::GET | &Method::HEAD, ["v1", "usage" | "webhooks", ..])
+            // `/metrics` carries series of every queue (pending, quota, usage): a scraper
+            // needs a viewer's credential (a token bound to system:viewers serves).
+            (&Method::GET | &Method::HEAD, ["v1", "usage" | "webhooks", ..] | ["metrics"])
                 if !self.reads_all() =>
             {
                 Err(format!("{path} needs the viewer role or above"))
@@ -280,6 +282,11 @@ mod tests {
         assert!(sub.route(&get, "/v1/webhooks").is_err());
         assert!(viewer.route(&get, "/v1/usage").is_ok());
         assert!(viewer.route(&get, "/v1/webhooks").is_ok());
+        // Every queue's series are on /metrics: a scoped submitter may not read them.
+        assert!(sub.route(&get, "/metrics").is_err());
+        assert!(viewer.route(&get, "/metrics").is_ok());
+        assert!(op.route(&get, "/metrics").is_ok());
+        assert!(agent.route(&get, "/metrics").is_err());
         assert!(op.route(&del, "/v1/rolebindings/x").is_err());
         assert!(sub.route(&post, "/v1/workloads").is_ok());
         assert!(viewer.route(&post, "/v1/workloads").is_err());

@@ -74,9 +74,14 @@ pub async fn status(
         }
     };
     let mem = m.membership_config.membership();
+    let removed = st.removal.get().cloned();
     Ok(Json(NodeStatus {
         id: m.id,
-        state: format!("{:?}", m.state),
+        state: if removed.is_some() {
+            "Removed".to_owned()
+        } else {
+            format!("{:?}", m.state)
+        },
         term: m.current_term,
         leader: m.current_leader,
         last_log_index: m.last_log_index,
@@ -97,6 +102,7 @@ pub async fn status(
             .log_stats
             .entries
             .load(std::sync::atomic::Ordering::Relaxed),
+        removed,
     }))
 }
 
@@ -104,7 +110,24 @@ pub(crate) fn json_body<T: for<'de> Deserialize<'de>>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
-    tideway_api::decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
+    tideway_api::decode_json(&body).map_err(ApiError::from)
+}
+
+/// For a POST route that takes no parameters in its body: an empty body, `null` or an object
+/// (clients send `{}`) is accepted; an array, a scalar or junk is refused, so that a body of the wrong
+/// shape never goes on to perform the route's action.
+pub(crate) fn no_body(body: Result<Bytes, BytesRejection>) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    struct AnyObject {}
+    let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
+    // `null` too: clients before this check sent it for "no parameters".
+    let text = body.trim_ascii();
+    if text.is_empty() || text == b"null" {
+        return Ok(());
+    }
+    tideway_api::decode_json::<AnyObject>(&body)
+        .map(|_| ())
+        .map_err(ApiError::from)
 }
 
 /// Adds a node as a learner; with `promote`, it becomes a voter once it has caught up.
@@ -161,7 +184,11 @@ pub async fn remove(
 }
 
 /// Builds a snapshot on this node now and purges the log it covers.
-pub async fn snapshot(State(st): State<AppState>) -> Result<Json<SnapshotAck>, ApiError> {
+pub async fn snapshot(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<SnapshotAck>, ApiError> {
+    no_body(body)?;
     let applied = crate::raft::metrics(&st.raft)
         .last_applied
         .map(|l| l.index())

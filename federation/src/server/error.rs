@@ -48,6 +48,21 @@ pub enum ApiError {
          list again (resourceVersion 0) and watch from the list's version"
     )]
     Gone { requested: u64, oldest: u64 },
+    /// This node was removed from the federation; the text names the members to use.
+    #[error("{0}")]
+    NodeRemoved(String),
+}
+
+/// The one mapping from a request body that could not be decoded to an HTTP error: a problem
+/// with the document as a whole (not an object, empty, malformed at the top) names the body.
+impl From<tideway_api::DecodeError> for ApiError {
+    fn from(e: tideway_api::DecodeError) -> Self {
+        let mut field = e.to_field_error();
+        if field.field.is_empty() {
+            field.field = "body".to_owned();
+        }
+        ApiError::Invalid(vec![field])
+    }
 }
 
 /// The one mapping from what the leader answered to an HTTP error.
@@ -124,6 +139,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Gone { .. } => StatusCode::GONE,
+            ApiError::NodeRemoved(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -168,6 +184,11 @@ impl ApiError {
             ApiError::Internal(_) => ("internal", "Internal error", vec![]),
             ApiError::TooManyRequests { .. } => ("rate-limited", "Too many requests", vec![]),
             ApiError::Timeout(_) => ("timeout", "The request took too long", vec![]),
+            ApiError::NodeRemoved(_) => (
+                "node-removed",
+                "This node is no longer a member of the federation",
+                vec![],
+            ),
             ApiError::Gone { requested, oldest } => (
                 "expired",
                 "The resource version is too old",

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tideway_api::client::NOW_HEADER;
 use tideway_api::clock::SharedClock;
 
@@ -33,6 +33,8 @@ pub struct Gate {
     pub auth: Option<Arc<Authenticator>>,
     pub limiter: Option<Arc<RateLimiter>>,
     pub data: Arc<RwLock<StateMachineData>>,
+    /// This node's removal from the federation, once known.
+    pub removal: Arc<crate::raft::removal::Removal>,
 }
 
 pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
@@ -73,6 +75,9 @@ async fn admitted(g: &Gate, mut req: Request, next: Next) -> Response {
     if let Some(refused) = auth::authenticate(g.auth.as_deref(), &mut req) {
         return refused;
     }
+    if let Some(refused) = removed(&g.removal, req.uri().path()) {
+        return refused;
+    }
     if let Some(refused) = rate_limit::limit(g.limiter.as_deref(), &req) {
         return refused;
     }
@@ -80,6 +85,18 @@ async fn admitted(g: &Gate, mut req: Request, next: Next) -> Response {
         return refused;
     }
     next.run(req).await
+}
+
+/// A removed node answers only its status, its liveness and its metrics (and the peer plane,
+/// where a leader may still reach it); everything else is refused with the members to use
+/// instead, so that it neither forwards writes nor serves a copy that no longer advances.
+/// After authentication: the member list is not for anonymous callers.
+fn removed(removal: &crate::raft::removal::Removal, path: &str) -> Option<Response> {
+    let why = removal.refusal()?;
+    let open = matches!(path, "/healthz" | "/v1/cluster/status" | "/metrics")
+        || path.starts_with("/raft/")
+        || path.starts_with("/internal/");
+    (!open).then(|| super::error::ApiError::NodeRemoved(why).into_response())
 }
 
 /// Every answer carries the node's calendar time (`tideway-now`, RFC 3339 with
@@ -137,6 +154,7 @@ mod tests {
             auth: None,
             limiter: None,
             data: Arc::default(),
+            removal: Arc::new(crate::raft::removal::Removal::in_memory()),
         };
         let slow = || async {
             tokio::time::sleep(Duration::from_millis(300)).await;

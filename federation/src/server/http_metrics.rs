@@ -31,6 +31,7 @@ mod tests {
             auth: None,
             limiter: None,
             data: Arc::default(),
+            removal: Arc::new(crate::raft::removal::Removal::in_memory()),
         };
         Router::new()
             .route("/v1/workloads/{id}", get(|| async { "one" }))

@@ -87,8 +87,27 @@ pub async fn promote(State(st): State<AppState>, body: Bytes) -> Response {
 
 pub async fn remove(State(st): State<AppState>, body: Bytes) -> Response {
     match decode::<RemoveRequest>(&body) {
-        Ok(req) => outcome(membership::remove_here(&st.raft, &req).await),
+        Ok(req) => outcome(membership::remove_here(&st.raft, &st.forwarder, &req).await),
         Err(r) => reply(&r),
+    }
+}
+
+/// The leader that removed this node says so. Only a notice for this node's own id counts.
+pub async fn removed(State(st): State<AppState>, body: Bytes) -> Response {
+    let notice = match decode::<tideway_api::cluster::RemovedNotice>(&body) {
+        Ok(n) => n,
+        Err(r) => return reply(&r),
+    };
+    if notice.id != *st.raft.node_id() {
+        return reply::<()>(&Forwarded::NotFound(format!(
+            "this is node {}, not node {}",
+            st.raft.node_id(),
+            notice.id
+        )));
+    }
+    match st.removal.mark(notice) {
+        Ok(_) => reply(&Forwarded::Ok(())),
+        Err(e) => reply::<()>(&Forwarded::Unavailable(e.to_string())),
     }
 }
 

@@ -3,6 +3,8 @@
 //! that would change nothing is answered from this node's state without writing.
 
 use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use tideway_api::MemberCluster;
 
@@ -54,21 +56,27 @@ async fn set_intent(
 pub async fn cordon(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
+    super::cluster::no_body(body)?;
     set_intent(&st, name, MemberIntent::Cordoned).await
 }
 
 pub async fn uncordon(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
+    super::cluster::no_body(body)?;
     set_intent(&st, name, MemberIntent::Schedulable).await
 }
 
 pub async fn drain(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MemberCluster>, ApiError> {
+    super::cluster::no_body(body)?;
     set_intent(&st, name, MemberIntent::Draining).await
 }
 
@@ -104,7 +112,9 @@ pub async fn remove(
 pub async fn readmit(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<tideway_api::agent::StatusAck>, ApiError> {
+    super::cluster::no_body(body)?;
     member_name(&name)?;
     st.read_barrier(false).await?;
     if !st.read(|d| d.state.removed_members.contains(&name))? {

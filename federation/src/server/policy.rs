@@ -57,8 +57,8 @@ fn policy_body(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Policy, ApiError> {
     let body = body.map_err(|e| ApiError::BadBody(e.body_text()))?;
-    let res = tideway_api::decode_resource(&body, content_type(headers)?)
-        .map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))?;
+    let res =
+        tideway_api::decode_resource(&body, content_type(headers)?).map_err(ApiError::from)?;
     let AnyResource::Policy(p) = res else {
         return Err(ApiError::field(
             "kind",
@@ -77,7 +77,7 @@ fn json_body<T: serde::de::DeserializeOwned + Default>(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    decode_json(&body).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
+    decode_json(&body).map_err(ApiError::from)
 }
 
 fn answer(res: CommandResult) -> Result<Json<Policy>, ApiError> {
@@ -184,7 +184,9 @@ pub async fn rollback(
 pub async fn widen(
     State(st): State<AppState>,
     principal: Option<axum::Extension<Principal>>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Policy>, ApiError> {
+    super::cluster::no_body(body)?;
     let who = actor(principal);
     let cmd = Command::WidenPolicy {
         applied_by: who.clone(),
