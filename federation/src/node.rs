@@ -43,6 +43,8 @@ pub enum NodeError {
     Join { via: String, reason: String },
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    Removal(#[from] crate::raft::removal::RemovalError),
 }
 
 /// Raft heartbeat period. openraft lets a follower vote only once the leader lease (the
@@ -152,6 +154,7 @@ impl Node {
         let log = RedbLogStore::<TypeConfig>::open(&cfg.data_dir.join("raft-log.redb"))
             .map_err(storage)?;
         let mut sm = StateMachineStore::open(&cfg.data_dir.join("snapshots")).map_err(storage)?;
+        let removal = Arc::new(crate::raft::removal::Removal::open(&cfg.data_dir)?);
         let metrics = Arc::new(Metrics::default());
         sm.record_apply_lock_in(metrics.apply_lock_held());
         sm.record_apply_wait_in(metrics.apply_lock_wait());
@@ -214,6 +217,7 @@ impl Node {
                 .map(|s| Arc::new(crate::server::peer_auth::ClusterSecret::new(s))),
             redispatch_waits: Default::default(),
             contact: Default::default(),
+            removal: removal.clone(),
         });
         let mut tasks = vec![
             tokio::spawn(crate::raft::digest_warmer::warm_loop(
@@ -281,6 +285,10 @@ impl Node {
                 cfg.clock.clone(),
             )),
         ];
+        tasks.push(tokio::spawn(crate::raft::removal::watch_membership(
+            raft.clone(),
+            removal,
+        )));
         tasks.push(tokio::spawn(crate::raft::leader_watch::watch_loop(
             crate::raft::leader_watch::Watcher {
                 raft: raft.clone(),

@@ -133,6 +133,9 @@ pub struct Shared {
     pub redispatch_waits: crate::dispatcher::recovery::RedispatchWaits,
     /// When this node last processed its leader's append (see `raft::leader_watch`).
     pub contact: Arc<crate::raft::leader_watch::Contact>,
+    /// Set once this node has been removed from the federation: the gate then refuses every
+    /// request but its status (see `raft::removal`).
+    pub removal: Arc<crate::raft::removal::Removal>,
 }
 
 impl AppState {
@@ -312,6 +315,7 @@ pub fn router(state: AppState) -> Router {
                 auth: state.auth.clone(),
                 limiter,
                 data: state.data.clone(),
+                removal: state.removal.clone(),
             },
             gate::gate,
         ))
@@ -329,6 +333,7 @@ fn peer_routes(state: &AppState) -> Router {
         .route(routes::EXPLAIN, post(internal::explain))
         .route(routes::PROMOTE, post(internal::promote))
         .route(routes::HEARTBEAT_OUTCOME, post(internal::heartbeat_outcome))
+        .route(routes::REMOVED, post(internal::removed))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
         .merge(crate::raft::transport::router(
