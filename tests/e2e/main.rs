@@ -7,6 +7,7 @@
 mod common;
 mod t100_agent_pause_fence;
 mod t101_bad_input_timing;
+mod t102_tenant_names;
 mod t103_body_shapes;
 mod t10_submit_failover;
 mod t20_restart;

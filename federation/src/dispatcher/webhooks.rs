@@ -227,7 +227,10 @@ pub fn payload(name: &str, ev: AuditEvent) -> WebhookEvent {
         time: ev.at,
         subject: WebhookSubject {
             actor: ev.actor.into(),
-            workload: ev.workload.map(Into::into),
+            // The name the client gave; the queue says whose (`state::tenancy`).
+            workload: ev
+                .workload
+                .map(|w| crate::state::tenancy::plain_name(&w).into()),
             queue: ev.queue.map(Into::into),
             cluster: ev.cluster.map(Into::into),
         },

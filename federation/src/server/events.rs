@@ -11,6 +11,7 @@ use super::AppState;
 use super::authz::Access;
 use super::error::ApiError;
 use super::workloads::query_error;
+use crate::state::tenancy;
 
 /// At most this many records per answer; page on with `after`.
 pub const MAX_EVENTS_PAGE: usize = 10_000;
@@ -86,11 +87,23 @@ pub async fn list(
             .filter(|e| p.after.is_none_or(|a| e.seq > a))
             .filter(|e| since.is_none_or(|t| e.at >= t))
             .filter(|e| kind.is_none_or(|k| e.kind == k))
-            .filter(|e| p.workload.is_none() || e.workload.as_deref() == p.workload.as_deref())
+            .filter(|e| {
+                p.workload.is_none()
+                    || e.workload.as_deref().map(tenancy::plain_name) == p.workload.as_deref()
+            })
             .filter(|e| p.queue.is_none() || e.queue.as_deref() == p.queue.as_deref())
             .filter(|e| tenant_may_see(access.as_ref(), e))
             .take(limit)
             .cloned()
+            .map(|mut e| {
+                // Names as clients gave them; the queue says whose.
+                if let Some(n) = &e.workload
+                    && n.contains('/')
+                {
+                    e.workload = Some(tenancy::plain_name(n).into());
+                }
+                e
+            })
             .collect()
     })?;
     Ok(Json(AuditEventList { items }))

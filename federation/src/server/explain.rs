@@ -4,7 +4,8 @@
 //! decision for the workload (per-cluster breakdown and what would unblock it) next to the
 //! replicated pending reason. A follower asks the leader.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use tideway_api::WorkloadPhase;
 use tideway_api::explain::ExplainResponse;
@@ -19,18 +20,23 @@ pub async fn explain(
     State(st): State<AppState>,
     access: Option<Extension<Access>>,
     Path(id): Path<String>,
+    params: Result<Query<super::workloads::TenantParams>, QueryRejection>,
 ) -> Result<Json<ExplainResponse>, ApiError> {
-    // Another tenant's workload is not found, here as in `get`; checked on this node after a
-    // linearizable read, since the leader answering the forwarded request knows no caller.
-    if let Some(Extension(a)) = access
-        && !a.reads_all()
-    {
-        st.read_barrier(false).await?;
-        let queue = st.read(|d| d.state.workload(&id).map(|w| w.spec.queue.clone()))?;
-        if !queue.is_some_and(|q| a.may_read_queue(&q)) {
-            return Err(super::workloads::not_found(&id));
-        }
-    }
+    let Query(params) = params.map_err(super::workloads::query_error)?;
+    // The name as the caller means it, to its stored name: another tenant's workload is not
+    // found, here as in `get`. Resolved on this node after a linearizable read, since the
+    // leader answering the forwarded request knows no caller.
+    st.read_barrier(false).await?;
+    let access = access.map(|Extension(a)| a);
+    let id = st.read(|d| {
+        super::workloads::resolve(
+            &d.state,
+            access.as_ref(),
+            &id,
+            params.tenant.as_deref(),
+            |w| w.metadata.name.clone(),
+        )
+    })??;
     let resp = match st.forwarder.remote_leader().await? {
         Some(leader) => {
             let req = ExplainForward { workload: id };
@@ -105,7 +111,7 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         }
     };
     let resp = ExplainResponse {
-        workload: w.metadata.name.clone().into(),
+        workload: crate::state::tenancy::plain_name(&w.metadata.name).into(),
         uid: uid.into(),
         phase: status.phase,
         cluster: status.cluster.clone().map(Into::into),

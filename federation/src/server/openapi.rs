@@ -44,7 +44,7 @@ use super::members::{AssignmentsQuery, StaleQuery};
 use super::schedules::TimelineQuery;
 use super::usage::UsageParams;
 use super::webhooks::WebhookParams;
-use super::workloads::{GetParams, ListParams, ReadParams};
+use super::workloads::{GetParams, ListParams, ReadParams, TenantParams};
 
 /// The route the document is served at.
 pub const PATH: &str = "/openapi.json";
@@ -223,9 +223,12 @@ mod operations {
     /// Submit a workload
     ///
     /// JSON or YAML. Answers 201 with the stored workload once committed, 200 for an idempotent
-    /// replay of the same `Idempotency-Key` (24 hours); 409 for another key with an existing name.
+    /// replay of the same `Idempotency-Key` (24 hours); 409 for another key with a name that
+    /// exists in the queue's tenant. Names are scoped per tenant (the queue's `spec.tenant`) and
+    /// keys per authenticated subject: another tenant's names and another subject's keys are
+    /// not in the way.
     #[utoipa::path(post, path = "/v1/workloads", tag = "workloads",
-        params(("Idempotency-Key" = Option<String>, Header, description = "1-256 printable ASCII characters; generated when absent")),
+        params(("Idempotency-Key" = Option<String>, Header, description = "1-256 printable ASCII characters, scoped to the authenticated subject; generated when absent")),
         request_body(content((Workload = "application/json"), (Workload = "application/yaml"))),
         responses(
             (status = 201, description = "Accepted and committed", body = Workload),
@@ -246,7 +249,9 @@ mod operations {
 
     /// Read one workload
     ///
-    /// By name or UID; with `watch=true`, a long-poll of its changes (a `WatchPage`).
+    /// By name (in the caller's tenants, or `tenant`) or UID; with `watch=true`, a long-poll of
+    /// its changes (a `WatchPage`). A workload the caller may not read is 404, as one that does
+    /// not exist; a name in several tenants the caller reads is 400 naming `query:tenant`.
     #[utoipa::path(get, path = "/v1/workloads/{id}", tag = "workloads",
         params(("id" = String, Path, description = "Workload name or UID"), GetParams),
         responses(
@@ -259,13 +264,13 @@ mod operations {
     ///
     /// 200 with the workload, now Cancelled (again: unchanged); 409 for one that already finished.
     #[utoipa::path(delete, path = "/v1/workloads/{id}", tag = "workloads",
-        params(("id" = String, Path, description = "Workload name or UID")),
+        params(("id" = String, Path, description = "Workload name or UID"), TenantParams),
         responses((status = 200, description = "The cancelled workload", body = Workload)))]
     fn cancel_workload() {}
 
     /// Why a workload is pending, per member cluster
     #[utoipa::path(get, path = "/v1/workloads/{id}/explain", tag = "workloads",
-        params(("id" = String, Path, description = "Workload name or UID")),
+        params(("id" = String, Path, description = "Workload name or UID"), TenantParams),
         responses((status = 200, description = "The explanation", body = ExplainResponse)))]
     fn explain_workload() {}
 

@@ -15,6 +15,7 @@ use super::authz::{self, Access};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::state::command::{Command, CommandResult, Rejection, StoredObject};
+use crate::state::tenancy::{self, DEFAULT_TENANT, Resolved};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 256;
@@ -70,7 +71,7 @@ pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, Api
     if tideway_api::Format::from_content_type(ct).is_none() {
         return Err(ApiError::UnsupportedMediaType(ct.to_string()));
     }
-    tideway_api::decode_any(body, Some(ct)).map_err(|e| ApiError::Invalid(vec![e.to_field_error()]))
+    tideway_api::decode_any(body, Some(ct)).map_err(ApiError::from)
 }
 
 /// Refuses a `spec.template` larger than `max` bytes of JSON, naming the field.
@@ -115,7 +116,7 @@ async fn submit_checked(
     let started = st.clock.instant();
     let body = body_or_error(body)?;
     let uid = tideway_api::new_uid();
-    let key = idempotency_key(&headers)?.unwrap_or_else(|| uid.clone());
+    let client_key = idempotency_key(&headers)?;
     let mut w = decode_workload(&headers, &body)?;
     // Authenticated: the workload is the caller's, whatever the body claims, and only in a
     // queue the caller may submit to.
@@ -137,30 +138,45 @@ async fn submit_checked(
     // enforced (an unknown queue is refused below).
     // Under the read lock rather than on a copy of the queue's spec: the check is a few
     // comparisons, the copy was a handful of allocations per submission.
-    st.read(|d| match d.state.queues.get(w.spec.queue.as_str()) {
-        Some(q) => q.spec.apply_time_limits(&mut w.spec),
-        None => Ok(()),
-    })?
-    .map_err(|e| ApiError::Invalid(vec![e]))?;
+    // The queue's tenant scopes the name: a workload of another tenant than the default is
+    // stored as TENANT/NAME (`state::tenancy`), so another tenant's names are not in its way.
+    let plain = w.metadata.name.clone();
+    let tenant = st
+        .read(|d| match d.state.queues.get(w.spec.queue.as_str()) {
+            Some(q) => q
+                .spec
+                .apply_time_limits(&mut w.spec)
+                .map(|()| (q.spec.tenant != DEFAULT_TENANT).then(|| q.spec.tenant.clone())),
+            None => Ok(None),
+        })?
+        .map_err(|e| ApiError::Invalid(vec![e]))?;
+    if let Some(t) = &tenant {
+        w.metadata.name = tenancy::stored_name(t, &plain);
+    }
+    let tenant = tenant.as_deref().unwrap_or(DEFAULT_TENANT);
+    // An authenticated caller's key is its own: another subject's same key is a new key.
+    let key = match &client_key {
+        Some(k) => tenancy::scoped_key(actor.as_deref(), k),
+        None => uid.clone(),
+    };
     // Taken once, here: it travels in the command, so the nodes that apply it need not.
     let digest = crate::state::idempotency::submission_digest(&w);
     // A quick answer for a replay or an unknown queue; apply checks both again, in log order.
-    let pre = st.read(|d| {
+    let (key, pre) = st.read(|d| {
+        let key = legacy_key(&d.state, key, client_key.as_deref(), actor.as_deref());
         match d.state.replay(&key, || digest) {
-            Some(Ok(existing)) => return Ok(Some(existing.clone())),
-            Some(Err(rejection)) => return Err(ApiError::from(rejection)),
+            Some(Ok(existing)) => return Ok((key, Some(existing.clone()))),
+            Some(Err(rejection)) => return Err(ApiError::from(present_rejection(rejection))),
             None => {}
         }
         // A taken name is refused here, so a refused submission writes nothing to the log.
-        if d.state.workloads.contains_key(w.metadata.name.as_str()) {
-            return Err(ApiError::from(Rejection::Conflict {
-                name: w.metadata.name.clone(),
-            }));
+        if d.state.name_taken(tenant, &plain) {
+            return Err(ApiError::from(Rejection::Conflict { name: plain }));
         }
         let mut errs = d.state.check_references(&w);
         errs.extend(d.state.check_permissions(&w));
         if errs.is_empty() {
-            Ok(None)
+            Ok((key, None))
         } else {
             Err(ApiError::Invalid(errs))
         }
@@ -203,7 +219,7 @@ async fn submit_checked(
         }
         Ok(CommandResult::Rejected { rejection }) => {
             st.metrics.submissions("rejected");
-            return Err(rejection.into());
+            return Err(present_rejection(rejection).into());
         }
         Ok(other) => return Err(ApiError::unexpected(other)),
         Err(e) => {
@@ -215,6 +231,58 @@ async fn submit_checked(
     Ok(resp)
 }
 
+/// The record key to use for a submission: `key`, unless the subject sent the same key
+/// before keys were scoped per subject, in which case its unscoped record, so that a retry
+/// across the upgrade is still answered with its workload.
+fn legacy_key(
+    state: &crate::state::FederationState,
+    key: String,
+    client_key: Option<&str>,
+    subject: Option<&str>,
+) -> String {
+    let (Some(plain), Some(subject)) = (client_key, subject) else {
+        return key;
+    };
+    if state.idempotency.contains_key(key.as_str()) {
+        return key;
+    }
+    match state.by_idempotency_key(plain) {
+        Some(w) if w.spec.user.as_deref() == Some(subject) => plain.to_owned(),
+        _ => key,
+    }
+}
+
+/// A refusal as the client sees it: its own key and the plain workload name, never the
+/// scoped forms the state records.
+fn present_rejection(r: Rejection) -> Rejection {
+    match r {
+        Rejection::Conflict { name } => Rejection::Conflict {
+            name: tenancy::plain_name(&name).to_owned(),
+        },
+        Rejection::IdempotencyKeyReused { key, workload } => Rejection::IdempotencyKeyReused {
+            key: tenancy::client_key(&key).to_owned(),
+            workload: tenancy::plain_name(&workload).to_owned(),
+        },
+        Rejection::Terminal { name, phase } => Rejection::Terminal {
+            name: tenancy::plain_name(&name).to_owned(),
+            phase,
+        },
+        other => other,
+    }
+}
+
+/// A workload for an answer: with its plain name (a copy only when it is stored under a
+/// qualified one).
+fn presented(w: &Workload) -> std::borrow::Cow<'_, Workload> {
+    if w.metadata.name.contains('/') {
+        let mut w = w.clone();
+        tenancy::present(&mut w);
+        std::borrow::Cow::Owned(w)
+    } else {
+        std::borrow::Cow::Borrowed(w)
+    }
+}
+
 /// Where a workload's JSON answer starts its buffer: most answers fit (a submitted workload
 /// is 0.6-1 KiB). axum's `Json` starts at 128 bytes and doubles, which copied a submission's
 /// answer four or five times on the way. Below 1 KiB, since glibc serves smaller requests from
@@ -223,8 +291,9 @@ async fn submit_checked(
 const WORKLOAD_JSON_CAPACITY: usize = 1000;
 
 fn workload_response(status: StatusCode, w: &Workload) -> Response {
+    let w = presented(w);
     let mut buf = Vec::with_capacity(WORKLOAD_JSON_CAPACITY);
-    if let Err(e) = serde_json::to_writer(&mut buf, w) {
+    if let Err(e) = serde_json::to_writer(&mut buf, &*w) {
         return ApiError::Internal(format!("encoding the workload: {e}")).into_response();
     }
     let json = HeaderValue::from_static("application/json");
@@ -266,11 +335,49 @@ pub fn not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("workload '{id}' not found"))
 }
 
+/// A name found in several tenants the caller reads: it must say which.
+fn ambiguous(id: &str, tenants: &[String]) -> ApiError {
+    ApiError::field(
+        "query:tenant",
+        format!(
+            "workload '{id}' exists in tenants {}: name one",
+            tenants.join(", ")
+        ),
+    )
+}
+
+/// The workload `id` (a name, in the caller's tenants or in `tenant`, or a UID) among those
+/// the caller may read: its stored form, or the same 404 as for a name that does not exist.
+pub fn resolve<T>(
+    state: &crate::state::FederationState,
+    access: Option<&Access>,
+    id: &str,
+    tenant: Option<&str>,
+    then: impl FnOnce(&Workload) -> T,
+) -> Result<T, ApiError> {
+    match state.resolve(id, tenant, |w| authz::readable(access, &w.spec.queue)) {
+        Resolved::One(w) => Ok(then(w)),
+        Resolved::NotFound => Err(not_found(id)),
+        Resolved::Ambiguous(tenants) => Err(ambiguous(id, &tenants)),
+    }
+}
+
+/// `?tenant=`: which tenant's workload a name means, for a caller that reads several.
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TenantParams {
+    /// The tenant (a queue's `spec.tenant`) whose workload the name means.
+    pub tenant: Option<String>,
+}
+
 /// The query of `GET /v1/workloads/{id}`: a read, or a watch of the one workload.
 #[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct GetParams {
+    /// The tenant (a queue's `spec.tenant`) whose workload the name means.
+    pub tenant: Option<String>,
     #[serde(default)]
     pub stale: bool,
     #[serde(default)]
@@ -307,7 +414,7 @@ impl WatchParams {
                 format!("must be at most {}", super::watch::MAX_WAIT_SECS),
             ));
         }
-        let page = super::watch::watch(
+        let mut page = super::watch::watch(
             st,
             access,
             &scope,
@@ -315,6 +422,14 @@ impl WatchParams {
             std::time::Duration::from_secs(wait),
         )
         .await?;
+        for ev in &mut page.items {
+            if let Some((_, name)) = ev.name.split_once('/') {
+                ev.name = name.to_owned();
+            }
+            if let Some(w) = &mut ev.object {
+                tenancy::present(w);
+            }
+        }
         Ok(Json(page).into_response())
     }
 }
@@ -326,10 +441,25 @@ pub async fn get_one(
     params: Result<Query<GetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(query_error)?;
+    let access = access.map(|Extension(a)| a);
+    let tenant = params.tenant.as_deref();
     if params.watch {
-        let access = access.map(|Extension(a)| a);
+        // The one workload, resolved as `get` resolves it: another tenant's answers the same
+        // 404 as a name that does not exist. A caller who reads everything may still watch a
+        // name that is not there (yet, or any more), as before names were scoped.
+        let mut found = st.read(|d| resolve(&d.state, access.as_ref(), &id, tenant, stored))?;
+        if matches!(found, Err(ApiError::NotFound(_))) {
+            // Not on this node yet, perhaps: ask again after a linearizable read.
+            st.read_barrier(false).await?;
+            found = st.read(|d| resolve(&d.state, access.as_ref(), &id, tenant, stored))?;
+        }
+        let name = match found {
+            Ok(name) => name,
+            Err(ApiError::NotFound(_)) if access.as_ref().is_none_or(Access::reads_all) => id,
+            Err(e) => return Err(e),
+        };
         let scope = super::watch::WatchScope {
-            name: Some(id),
+            name: Some(name),
             queue: None,
         };
         let w = WatchParams {
@@ -340,12 +470,14 @@ pub async fn get_one(
         return w.serve(&st, access.as_ref(), scope).await;
     }
     st.read_barrier(params.stale).await?;
-    let w = st.read(|d| d.state.workload(&id).cloned())?;
-    let access = access.map(|Extension(a)| a);
-    match w {
-        Some(w) if authz::readable(access.as_ref(), &w.spec.queue) => Ok(Json(w).into_response()),
-        _ => Err(not_found(&id)),
-    }
+    let mut w = st.read(|d| resolve(&d.state, access.as_ref(), &id, tenant, Workload::clone))??;
+    tenancy::present(&mut w);
+    Ok(Json(w).into_response())
+}
+
+/// A workload's stored name (what the state, the log and watches key it by).
+fn stored(w: &Workload) -> String {
+    w.metadata.name.clone()
 }
 
 /// `DELETE /v1/workloads/{id}`: cancel. The leader's answer is the workload as cancelled; a
@@ -355,41 +487,43 @@ pub async fn cancel(
     principal: Option<Extension<Principal>>,
     access: Option<Extension<Access>>,
     Path(id): Path<String>,
+    params: Result<Query<TenantParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(query_error)?;
     let actor = principal.as_ref().map(|Extension(p)| p.subject.clone());
+    let access = access.map(|Extension(a)| a);
+    // An unknown, finished or already cancelled workload is answered from the applied state
+    // (read linearizably, so a lagging follower cannot answer 404 for a fresh workload):
+    // a cancel that changes nothing writes nothing to the log.
+    st.read_barrier(false).await?;
+    // The name as the caller means it (its tenants', or `tenant`'s), to its stored name; the
+    // owner and the queue never change, so this node's copy is good enough to decide on.
+    let (name, owner) = st.read(|d| {
+        resolve(
+            &d.state,
+            access.as_ref(),
+            &id,
+            params.tenant.as_deref(),
+            |w| (stored(w), w.spec.user.clone()),
+        )
+    })??;
     if let Some(Extension(p)) = principal {
-        let access = access.map(|Extension(a)| a).unwrap_or_default();
-        // The owner and the queue never change, so this node's copy is good enough to decide
-        // on.
-        let found = st.read(|d| {
-            d.state
-                .workload(&id)
-                .map(|w| (w.spec.user.clone(), w.spec.queue.clone()))
-        })?;
-        if let Some((_, queue)) = &found
-            && !access.may_read_queue(queue)
-        {
-            return Err(not_found(&id));
-        }
-        if let Some((owner, _)) = found
-            && !access.may_cancel(&p.subject, owner.as_deref())
-        {
+        let access = access.unwrap_or_default();
+        if !access.may_cancel(&p.subject, owner.as_deref()) {
             return Err(authz::deny(
                 &p,
                 format!("'{}' may cancel only its own workloads", p.subject),
             ));
         }
     }
-    // An unknown, finished or already cancelled workload is answered from the applied state
-    // (read linearizably, so a lagging follower cannot answer 404 for a fresh workload):
-    // a cancel that changes nothing writes nothing to the log.
-    st.read_barrier(false).await?;
-    match st.read(|d| d.state.cancel_outcome(&id))? {
+    match st.read(|d| d.state.cancel_outcome(&name))? {
         Ok(_) => {}
-        Err(CommandResult::Rejected { rejection }) => return Err(ApiError::from(rejection)),
+        Err(CommandResult::Rejected { rejection }) => {
+            return Err(ApiError::from(present_rejection(rejection)));
+        }
         Err(CommandResult::Existing {
             object: StoredObject::Workload(w),
-        }) => return Ok(Json(w).into_response()),
+        }) => return Ok(Json(presented(&w)).into_response()),
         Err(other) => return Err(ApiError::unexpected(other)),
     }
     let res = st
@@ -397,19 +531,25 @@ pub async fn cancel(
         .propose(Command::by(
             actor.as_deref(),
             Command::CancelWorkload {
-                id,
+                id: name,
                 at: st.clock.now(),
             },
         ))
-        .await?;
+        .await;
     match res {
-        CommandResult::Created {
-            object: StoredObject::Workload(w),
+        Ok(
+            CommandResult::Created {
+                object: StoredObject::Workload(w),
+            }
+            | CommandResult::Existing {
+                object: StoredObject::Workload(w),
+            },
+        ) => Ok(Json(presented(&w)).into_response()),
+        Ok(CommandResult::Rejected { rejection }) => {
+            Err(ApiError::from(present_rejection(rejection)))
         }
-        | CommandResult::Existing {
-            object: StoredObject::Workload(w),
-        } => Ok(Json(w).into_response()),
-        other => Err(ApiError::unexpected(other)),
+        Ok(other) => Err(ApiError::unexpected(other)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -418,6 +558,8 @@ pub async fn cancel(
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub queue: Option<String>,
+    /// Only the workloads of this tenant (the tenant of their queue).
+    pub tenant: Option<String>,
     pub phase: Option<String>,
     pub limit: Option<usize>,
     /// The `continue` token of the previous page.
@@ -448,6 +590,12 @@ pub async fn list(
     let access = access.map(|Extension(a)| a);
     let Query(p) = params.map_err(query_error)?;
     if p.watch {
+        if p.tenant.is_some() {
+            return Err(ApiError::field(
+                "query:tenant",
+                "is not supported with watch=true: watch a queue of the tenant instead",
+            ));
+        }
         let scope = super::watch::WatchScope {
             name: None,
             queue: p.queue.clone(),
@@ -479,6 +627,9 @@ pub async fn list(
             };
             if p.queue.as_ref().is_some_and(|q| w.spec.queue != q)
                 || !authz::readable(access.as_ref(), &w.spec.queue)
+                || p.tenant
+                    .as_ref()
+                    .is_some_and(|t| d.state.tenant_of(w) != *t)
             {
                 continue;
             }
@@ -492,7 +643,7 @@ pub async fn list(
                 break;
             }
             last_seq = *seq;
-            items.push(Workload::clone(w));
+            items.push(presented(w).into_owned());
         }
         // The token is the sequence number of the last item returned.
         let next = more.then_some(last_seq);

@@ -19,6 +19,7 @@ pub mod members;
 pub mod policy;
 pub mod scheduling;
 pub mod shared_strings;
+pub mod tenancy;
 pub mod tidal;
 pub mod usage;
 pub mod webhooks;
