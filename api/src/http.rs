@@ -66,11 +66,18 @@ pub fn install_crypto_provider() {
     });
 }
 
+/// How long a pooled connection may sit idle before the client drops it: under the
+/// servers' default header-read deadline (10 s, which also closes idle keep-alives), so a
+/// client does not pick a connection the server is closing at that moment.
+pub const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A reqwest client builder with the crypto provider in place, the CAs of [`trust_ca_file`]
 /// trusted, and no proxy: federation traffic goes straight to the node it names.
 pub fn client_builder() -> reqwest::ClientBuilder {
     install_crypto_provider();
-    let mut b = reqwest::Client::builder().no_proxy();
+    let mut b = reqwest::Client::builder()
+        .no_proxy()
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT);
     if let Ok(roots) = EXTRA_ROOTS.read()
         && !roots.is_empty()
     {
