@@ -605,10 +605,13 @@ pub struct ServerArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// When joining, become a voter as soon as this node has caught up (the join request
-    /// carries the admin token, so an admin still decides). Without it the node stays a
-    /// learner until an admin runs `tideway cluster promote ID`.
+    /// When joining, stay a learner (a read replica, or for an admin who promotes by hand
+    /// with `tideway cluster promote ID`). Without it a joining node becomes a voter once it
+    /// has caught up: the join carries an admin token, so an admin still decides.
     #[arg(long)]
+    pub learner: bool,
+    /// Accepted for older scripts: promotion after catching up is the default now.
+    #[arg(long, hide = true, conflicts_with = "learner")]
     pub auto_promote: bool,
 }
 
@@ -1316,7 +1319,7 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
 fn peer_plane_settings(cfg: &mut NodeConfig, a: &ServerArgs) -> anyhow::Result<()> {
     cfg.peer_listen = a.peer_listen.clone();
     cfg.peer_advertise = a.peer_advertise.clone();
-    cfg.auto_promote = a.auto_promote;
+    cfg.auto_promote = !a.learner;
     if let Some(path) = &a.cluster_secret_file {
         cfg.cluster_secret = Some(tideway_federation::server::peer_auth::read_secret(path)?);
     }

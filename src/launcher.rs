@@ -82,7 +82,7 @@ impl Launcher {
             .stdout(log.try_clone()?)
             .stderr(log);
         if let Some(j) = join {
-            cmd.args(["--join", j, "--auto-promote"]);
+            cmd.args(["--join", j]);
         }
         let child = cmd
             .spawn()

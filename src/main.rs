@@ -4,6 +4,7 @@ mod agent_cmd;
 mod bench;
 mod bench_rss;
 mod bench_scale;
+mod broken_pipe;
 mod cli;
 mod config;
 mod demo;
@@ -19,6 +20,7 @@ mod usage_out;
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    broken_pipe::exit_quietly_on_closed_pipe();
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));
@@ -46,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match rt.block_on(cli.run()) {
         Ok(()) => Ok(()),
+        Err(e) if broken_pipe::is_closed_pipe(&e) => std::process::exit(0),
         Err(e) => {
             // `exit` runs no destructors: the lines that led here first.
             drop(guard);

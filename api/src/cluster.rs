@@ -82,8 +82,9 @@ pub struct JoinRequest {
     /// them apart from the API (`--peer-listen`); absent, they use `addr`.
     #[serde(default, rename = "peerAddr", skip_serializing_if = "Option::is_none")]
     pub peer_addr: Option<String>,
-    /// Promote the node to voter as soon as it has caught up (`--auto-promote`); otherwise it
-    /// stays a learner until an admin promotes it (`POST /v1/cluster/promote`).
+    /// Promote the node to voter as soon as it has caught up (what `tideway server --join`
+    /// asks for unless `--learner`); otherwise it stays a learner until an admin promotes it
+    /// (`POST /v1/cluster/promote`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub promote: bool,
 }

@@ -9,7 +9,7 @@ mkdir -p "$data"
 echo $! >"$data/n1.pid"
 sleep 1
 for i in 2 3; do
-  "$bin" server --id $i --listen 127.0.0.1:740$i --data "$data/n$i" --join 127.0.0.1:7401 --auto-promote >"$data/n$i.log" 2>&1 &
+  "$bin" server --id $i --listen 127.0.0.1:740$i --data "$data/n$i" --join 127.0.0.1:7401 >"$data/n$i.log" 2>&1 &
   echo $! >"$data/n$i.pid"
 done
 sleep 3

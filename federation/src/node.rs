@@ -91,7 +91,8 @@ pub struct NodeConfig {
     /// Serve the API and the peer plane over TLS (and dial peers with `https`).
     pub tls: Option<crate::tls::TlsFiles>,
     /// When joining, ask to be made a voter as soon as this node has caught up, instead of
-    /// staying a learner until an admin promotes it.
+    /// staying a learner until an admin promotes it (`tideway server` sets it unless
+    /// `--learner`).
     pub auto_promote: bool,
     /// The header-read deadline and the per-address cap on idle connections, on every
     /// listener.
@@ -371,7 +372,27 @@ impl Node {
                     promote: cfg.auto_promote,
                 };
                 let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
-                join_through(&plane, via, &req, cfg.join_token.as_deref()).await
+                match join_through(&plane, via, &req, cfg.join_token.as_deref()).await {
+                    // Added as a learner, but not caught up within the leader's wait (a large
+                    // state to copy): keep serving as a learner and ask again until promoted,
+                    // rather than failing the start.
+                    Err(NodeError::Join { reason, .. })
+                        if req.promote && reason.contains("has not caught up") =>
+                    {
+                        tracing::info!(
+                            id = cfg.id,
+                            "joined as a learner; asking for promotion until it has caught up"
+                        );
+                        tokio::spawn(promote_until_voter(
+                            plane,
+                            via.clone(),
+                            cfg.id,
+                            cfg.join_token.clone(),
+                        ));
+                        Ok(())
+                    }
+                    other => other,
+                }
             }
         }
     }
@@ -415,6 +436,39 @@ async fn serve(
 
 /// Asks a member to add this node, retrying (with backoff and jitter) while the cluster
 /// elects or is busy.
+/// Asks through `via` for this node's promotion every few seconds until it is a voter; an
+/// answer that it already is one ends it too (promotion is idempotent on the leader).
+async fn promote_until_voter(plane: PeerPlane, via: String, id: u64, token: Option<String>) {
+    let Ok(http) = tideway_api::http::client_builder().build() else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut r = plane.authorize(http.post(plane.url(&via, "/v1/cluster/promote")));
+        if let Some(t) = &token {
+            r = r.bearer_auth(t);
+        }
+        match r
+            .json(&tideway_api::cluster::PromoteRequest { id })
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+        {
+            Ok(resp) if resp.status().is_success() => {
+                tracing::info!(id, "promoted to voter");
+                return;
+            }
+            Ok(resp) if resp.status().is_client_error() && resp.status().as_u16() != 409 => {
+                let status = resp.status();
+                let body = resp.text().await.unwrap_or_default();
+                tracing::warn!(id, %status, %body, "promotion refused; staying a learner");
+                return;
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+}
+
 async fn join_through(
     plane: &PeerPlane,
     via: &str,

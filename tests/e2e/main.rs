@@ -9,6 +9,8 @@ mod t100_agent_pause_fence;
 mod t101_bad_input_timing;
 mod t102_tenant_names;
 mod t103_body_shapes;
+mod t104_readme_recipe;
+mod t105_closed_pipe;
 mod t10_submit_failover;
 mod t20_restart;
 mod t30_snapshot_catch_up;

@@ -102,6 +102,8 @@ async fn cli_submit_get_list_and_cluster_status() {
             .replace("gpusPerPod: 8", "gpusPerPod: 0"),
     )
     .unwrap();
-    let (ok, _, err) = tideway(&addr, &["submit", "-f", bad.to_str().unwrap()]);
+    // Through a node that is still a member: the removed one now refuses everything.
+    let member = tc.c.nodes[&leader].addr.clone();
+    let (ok, _, err) = tideway(&member, &["submit", "-f", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("spec.podSets[0].gpusPerPod"), "{err}");
 }

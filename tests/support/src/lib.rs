@@ -55,7 +55,7 @@ pub struct ProcCluster {
     pub token: Option<String>,
     /// Give every node `--peer-listen` on a port of its own.
     pub peer_plane: bool,
-    /// Join without `--auto-promote`: joined nodes stay learners until promoted.
+    /// Join with `--learner`: joined nodes stay learners until promoted.
     pub learners_only: bool,
     /// `https` for servers started with `--tls-cert` (the test trusts their CA with
     /// `tideway_api::http::trust_ca_file`).
@@ -158,9 +158,13 @@ impl ProcCluster {
             .stderr(log);
         if let Some(j) = join {
             cmd.args(["--join", j]);
-            if !self.learners_only {
-                cmd.arg("--auto-promote");
-            }
+            // Promotion after catching up is the server's default; `--auto-promote` is the
+            // older spelling, kept working, and passed here so that it stays tested.
+            cmd.arg(if self.learners_only {
+                "--learner"
+            } else {
+                "--auto-promote"
+            });
         }
         if self.peer_plane {
             cmd.args(["--peer-listen", &node.peer_listen]);
