@@ -4,6 +4,8 @@
 //! root package, so none of it ships in the `tideway` binary.
 #![allow(clippy::disallowed_methods)] // test harness: deadlines on the real wall clock
 
+pub mod wan;
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,14 @@ pub struct ProcCluster {
     /// `https` for servers started with `--tls-cert` (the test trusts their CA with
     /// `tideway_api::http::trust_ca_file`).
     pub scheme: &'static str,
+    /// Put every node's peer plane behind a [`wan::WanProxy`] with this link (implies
+    /// `peer_plane`): nodes reach each other through the proxies (`--peer-advertise`), so
+    /// every Raft round trip between two nodes crosses one proxy, both ways.
+    pub wan: Option<wan::Link>,
+    /// The peer-plane proxies, by node; they outlive a node's restarts.
+    pub peer_proxies: BTreeMap<u64, wan::WanProxy>,
+    /// Proxies in front of the nodes' APIs, for agents ([`ProcCluster::api_via_wan`]).
+    api_proxies: Vec<wan::WanProxy>,
 }
 
 impl ProcCluster {
@@ -74,7 +84,43 @@ impl ProcCluster {
             peer_plane: false,
             learners_only: false,
             scheme: "http",
+            wan: None,
+            peer_proxies: BTreeMap::new(),
+            api_proxies: Vec::new(),
         }
+    }
+
+    /// As [`ProcCluster::start`], every node's peer plane behind a proxy with `link`.
+    pub async fn start_wan(
+        bin: impl Into<PathBuf>,
+        dir: impl Into<PathBuf>,
+        n: u64,
+        extra_args: &[&str],
+        link: wan::Link,
+    ) -> anyhow::Result<Self> {
+        let mut c = Self::new(bin, dir);
+        c.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        c.wan = Some(link);
+        c.add_node(1, None).await?;
+        for id in 2..=n {
+            let via = c.nodes[&1].addr.clone();
+            c.add_node(id, Some(&via)).await?;
+        }
+        c.wait_for_voters(n as usize, Duration::from_secs(60))
+            .await?;
+        Ok(c)
+    }
+
+    /// A `--federation` value for an agent that reaches every node's API through a proxy
+    /// with `link` (the agent "in another region"); the proxies live as long as the cluster.
+    pub async fn api_via_wan(&mut self, link: wan::Link) -> anyhow::Result<String> {
+        let mut addrs = Vec::new();
+        for n in self.nodes.values() {
+            let p = wan::WanProxy::to(&n.addr, link).await?;
+            addrs.push(p.addr.clone());
+            self.api_proxies.push(p);
+        }
+        Ok(addrs.join(","))
     }
 
     /// Starts `n` nodes: node 1 bootstraps, the others join through it.
@@ -134,6 +180,10 @@ impl ProcCluster {
             data,
             child: None,
         };
+        if let Some(link) = self.wan {
+            let proxy = wan::WanProxy::to(&node.peer_listen, link).await?;
+            self.peer_proxies.insert(id, proxy);
+        }
         node.child = Some(self.spawn(&node, join)?);
         self.nodes.insert(id, node);
         wait_for_http(&self.url(id), Duration::from_secs(30)).await?;
@@ -166,8 +216,11 @@ impl ProcCluster {
                 "--auto-promote"
             });
         }
-        if self.peer_plane {
+        if self.peer_plane || self.wan.is_some() {
             cmd.args(["--peer-listen", &node.peer_listen]);
+        }
+        if let Some(p) = self.peer_proxies.get(&node.id) {
+            cmd.args(["--peer-advertise", &p.addr]);
         }
         cmd.spawn()
             .with_context(|| format!("spawning {}", self.bin.display()))
