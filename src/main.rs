@@ -22,8 +22,19 @@ use clap::Parser;
 fn main() -> anyhow::Result<()> {
     broken_pipe::exit_quietly_on_closed_pipe();
     let cli = cli::Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEWAY_LOG")
+    let own = std::env::var("TIDEWAY_LOG").ok();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("TIDEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));
+    // openraft logs every failed heartbeat to a dead peer; the node logs those failures
+    // itself, once per peer per interval (`raft::peer_report`). An operator whose filter
+    // names these targets gets what it asks for.
+    for quiet in tideway_federation::raft::peer_report::QUIET_OPENRAFT {
+        let target = quiet.split('=').next().unwrap_or(quiet);
+        let named = own.as_deref().is_some_and(|f| f.contains(target));
+        if let (false, Ok(d)) = (named, quiet.parse()) {
+            filter = filter.add_directive(d);
+        }
+    }
     // A service's lines go through a buffer one thread writes out (`log_sink`); a client
     // verb's few lines go straight to stderr, in order with what it prints there itself.
     let (sink, guard) = if cli.is_service() {

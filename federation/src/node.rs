@@ -182,6 +182,7 @@ impl Node {
         let filter = PeerFilter::default();
         let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
         let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone(), log.tail());
+        let peer_reports = network.reports();
         let plane_for_watch = plane.clone();
         let log_stats = log.stats();
         let data = sm.data();
@@ -301,6 +302,7 @@ impl Node {
                     cfg.election_timeout_ms.1,
                 )),
                 metrics: state.metrics.clone(),
+                reports: peer_reports,
             },
         )));
         let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;

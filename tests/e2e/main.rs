@@ -11,6 +11,7 @@ mod t102_tenant_names;
 mod t103_body_shapes;
 mod t104_readme_recipe;
 mod t105_closed_pipe;
+mod t107_peer_log_rate;
 mod t10_submit_failover;
 mod t20_restart;
 mod t30_snapshot_catch_up;

@@ -32,6 +32,7 @@ use tideway_api::clock::{Clock, RealClock};
 
 use super::network::PeerFilter;
 use super::peer_plane::PeerPlane;
+use super::peer_report::PeerReports;
 use super::types::{NodeId, Raft};
 
 /// The peer-plane route a follower holds open on its leader.
@@ -138,6 +139,9 @@ pub struct Watcher {
     pub contact: Arc<Contact>,
     pub cfg: WatchConfig,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where a watch that cannot reach the leader is logged (a line per interval, see
+    /// `peer_report`), shared with the Raft client's reports of the same peer.
+    pub reports: PeerReports,
 }
 
 /// The follower's side: keeps a watch open on the leader, and campaigns when it breaks.
@@ -150,6 +154,7 @@ pub async fn watch_loop(w: Watcher) {
         contact,
         cfg,
         metrics,
+        reports,
     } = w;
     loop {
         let m = super::metrics(&raft);
@@ -175,6 +180,11 @@ pub async fn watch_loop(w: Watcher) {
             r = request => Some(r),
             () = until_changed(&raft, leader, term) => None,
         };
+        match &answer {
+            Some(Ok(_)) => reports.answered(leader, &peer),
+            Some(Err(e)) if !e.is_timeout() => reports.failed(leader, &peer, "watch", e),
+            _ => {}
+        }
         match answer {
             None => continue,
             Some(Ok(resp)) if resp.status().is_success() => continue,
@@ -182,8 +192,13 @@ pub async fn watch_loop(w: Watcher) {
             // the route, or a refused secret: do not ask again at once.
             Some(Ok(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
             Some(Err(e)) if e.is_timeout() => continue,
-            Some(Err(e)) => {
-                tracing::info!(leader, term, error = %e, "leader's watch broke; campaigning when its lease runs out");
+            Some(Err(_)) => {
+                // The error itself went to `reports`, logged once per interval.
+                tracing::info!(
+                    leader,
+                    term,
+                    "leader's watch broke; campaigning when its lease runs out"
+                );
                 let others: Vec<NodeId> = voters.into_iter().filter(|v| *v != leader).collect();
                 let rank = others.iter().filter(|v| **v < me).count() as u32;
                 let others = others.len().saturating_sub(1) as u32;

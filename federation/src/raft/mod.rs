@@ -13,6 +13,7 @@ mod log_writer;
 pub mod network;
 pub mod node_info;
 pub mod peer_plane;
+pub mod peer_report;
 pub mod received;
 pub mod removal;
 pub(crate) mod snapshot_decode;

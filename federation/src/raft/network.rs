@@ -24,6 +24,7 @@ use super::append_stream::{self, AppendStream, Opened, StreamError};
 use super::log_tail::LogTail;
 use super::node_info::NodeInfo;
 use super::peer_plane::PeerPlane;
+use super::peer_report::PeerReports;
 use super::types::{Entry, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 
 /// The log's tail, shared with the transport so that appends reuse the entries' bytes.
@@ -93,6 +94,7 @@ pub struct NetworkFactory {
     filter: PeerFilter,
     plane: PeerPlane,
     tail: SharedTail,
+    reports: PeerReports,
 }
 
 impl NetworkFactory {
@@ -107,7 +109,14 @@ impl NetworkFactory {
             filter,
             plane,
             tail,
+            reports: PeerReports::default(),
         }
+    }
+
+    /// Where this node's peer failures are counted, for the other sites that talk to peers
+    /// (the leader watch) to report into the same per-peer state.
+    pub fn reports(&self) -> PeerReports {
+        self.reports.clone()
     }
 }
 
@@ -122,6 +131,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             filter: self.filter.clone(),
             plane: self.plane.clone(),
             tail: self.tail.clone(),
+            reports: self.reports.clone(),
             stream: std::sync::Mutex::new(None),
             posts_only: false,
         }
@@ -135,6 +145,8 @@ pub struct PeerClient {
     filter: PeerFilter,
     plane: PeerPlane,
     tail: SharedTail,
+    /// Failed RPCs are logged through this, a line per peer per interval (see `peer_report`).
+    reports: PeerReports,
     /// The append stream to the peer, once open. Taken out for each call and put back only
     /// when the call completed, so a call that failed or was abandoned (its time ran out)
     /// leaves no half-read answer behind for the next. In a mutex only because openraft
@@ -266,6 +278,69 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let res = self.append(rpc, option).await;
+        self.reports.outcome(self.target, &self.addr, "append", res)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let res = self.call("vote", &rpc, option.hard_ttl()).await;
+        self.reports.outcome(self.target, &self.addr, "vote", res)
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let res = self.call("pre-vote", &rpc, option.hard_ttl()).await;
+        self.reports
+            .outcome(self.target, &self.addr, "pre-vote", res)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let body = snapshot.snapshot;
+        let data = tokio::task::spawn_blocking(move || body.into_bytes())
+            .await
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        let req = (vote, snapshot.meta, data);
+        tokio::pin!(cancel);
+        tokio::select! {
+            closed = &mut cancel => Err(StreamingError::Closed(closed)),
+            res = self.call("snapshot", &req, option.hard_ttl()) => {
+                Ok(self.reports.outcome(self.target, &self.addr, "snapshot", res)?)
+            }
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let res = self.call("transfer-leader", &req, option.hard_ttl()).await;
+        self.reports
+            .outcome(self.target, &self.addr, "transfer-leader", res)
+    }
+}
+
+impl PeerClient {
+    /// One append: over the stream when the peer serves one, else as a POST.
+    async fn append(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let ttl = append_ttl(!rpc.entries.is_empty(), &option);
         if self.posts_only {
             let body = encode_append(&rpc, &self.tail)
@@ -295,50 +370,6 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 self.target
             )))),
         }
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("vote", &rpc, option.hard_ttl()).await
-    }
-
-    async fn pre_vote(
-        &mut self,
-        rpc: VoteRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("pre-vote", &rpc, option.hard_ttl()).await
-    }
-
-    async fn full_snapshot(
-        &mut self,
-        vote: Vote,
-        snapshot: Snapshot,
-        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
-        option: RPCOption,
-    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let body = snapshot.snapshot;
-        let data = tokio::task::spawn_blocking(move || body.into_bytes())
-            .await
-            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?
-            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
-        let req = (vote, snapshot.meta, data);
-        tokio::pin!(cancel);
-        tokio::select! {
-            closed = &mut cancel => Err(StreamingError::Closed(closed)),
-            res = self.call("snapshot", &req, option.hard_ttl()) => Ok(res?),
-        }
-    }
-
-    async fn transfer_leader(
-        &mut self,
-        req: TransferLeaderRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("transfer-leader", &req, option.hard_ttl()).await
     }
 }
 
