@@ -296,7 +296,7 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         &[][..],
         &["agent.enabled=true", "federation.peerListen=true"][..],
         &[
-            "federation.zoneAntiAffinity=preferred",
+            "federation.zoneAntiAffinity=required",
             "federation.replicas=5",
         ][..],
         &["federation.enabled=false", "agent.enabled=true"][..],
@@ -315,8 +315,9 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         }
     }
 
-    // The federation: three replicas, one per node and zone, on volumes, behind a headless
-    // peer Service whose port is not the API's, and a budget that keeps quorum.
+    // The federation: three replicas, one per node and (where the zones allow) per zone, on
+    // volumes, behind a headless peer Service whose port is not the API's, and a budget that
+    // keeps quorum.
     let docs = render(&["agent.enabled=true", "federation.peerListen=true"]);
     let sts = find(&docs, "StatefulSet", "tw");
     assert_eq!(sts["spec"]["replicas"], 3);
@@ -325,17 +326,9 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
         "data"
     );
-    let anti = &sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
-    let keys: Vec<&str> = anti
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["topologyKey"].as_str())
-        .collect();
-    assert_eq!(
-        keys,
-        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
-    );
+    let (required, preferred) = anti_affinity_keys(&sts);
+    assert_eq!(required, ["kubernetes.io/hostname"]);
+    assert_eq!(preferred, ["topology.kubernetes.io/zone"]);
     let pod = &sts["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let c = &pod["containers"][0];
@@ -420,6 +413,199 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         docs.iter().all(|d| d["kind"] != "Deployment"),
         "agent off by default"
     );
+}
+
+/// The topology keys of the federation pods' anti-affinity: (required, preferred).
+fn anti_affinity_keys(sts: &Value) -> (Vec<String>, Vec<String>) {
+    let anti = &sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    let keys = |terms: &Value, term: &dyn Fn(&Value) -> Value| -> Vec<String> {
+        terms
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .filter_map(|t| term(t)["topologyKey"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (
+        keys(
+            &anti["requiredDuringSchedulingIgnoredDuringExecution"],
+            &|t| t.clone(),
+        ),
+        keys(
+            &anti["preferredDuringSchedulingIgnoredDuringExecution"],
+            &|t| t["podAffinityTerm"].clone(),
+        ),
+    )
+}
+
+/// How many of `replicas` pods a scheduler can place on `nodes` (name, zone) when no two may
+/// share a value of any `required` topology key; preferred terms never leave a pod Pending.
+fn placeable(replicas: u64, required: &[String], nodes: &[(&str, &str)]) -> u64 {
+    let mut taken: Vec<(&str, &str)> = Vec::new();
+    let mut placed = 0;
+    for _ in 0..replicas {
+        let fits = nodes.iter().find(|(node, zone)| {
+            taken.iter().all(|(n, z)| {
+                required.iter().all(|k| match k.as_str() {
+                    "kubernetes.io/hostname" => n != node,
+                    "topology.kubernetes.io/zone" => z != zone,
+                    other => panic!("an anti-affinity key this check does not know: {other}"),
+                })
+            })
+        });
+        if let Some(&(node, zone)) = fits {
+            taken.push((node, zone));
+            placed += 1;
+        }
+    }
+    placed
+}
+
+#[test]
+fn the_charts_defaults_schedule_on_two_zones_and_required_is_one_value_away() {
+    let two_zones = [("n1", "a"), ("n2", "a"), ("n3", "b"), ("n4", "b")];
+    let three_zones = [("n1", "a"), ("n2", "b"), ("n3", "c")];
+    // Defaults: one per node required, the zone spread preferred; all three schedule on a
+    // two-zone cluster.
+    let docs = render(&[]);
+    let sts = find(&docs, "StatefulSet", "tw");
+    let (required, preferred) = anti_affinity_keys(sts);
+    assert_eq!(required, ["kubernetes.io/hostname"]);
+    assert_eq!(preferred, ["topology.kubernetes.io/zone"]);
+    assert_eq!(placeable(3, &required, &two_zones), 3);
+    // `required`: one per zone, which leaves the third Pending on two zones and places all
+    // three on three.
+    let docs = render(&["federation.zoneAntiAffinity=required"]);
+    let sts = find(&docs, "StatefulSet", "tw");
+    let (required, preferred) = anti_affinity_keys(sts);
+    assert_eq!(
+        required,
+        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    );
+    assert!(preferred.is_empty(), "{preferred:?}");
+    assert_eq!(placeable(3, &required, &two_zones), 2);
+    assert_eq!(placeable(3, &required, &three_zones), 3);
+    // A misspelt value is refused at render time, naming the value.
+    let out = Command::new(helm())
+        .args(["template", "tw"])
+        .arg(repo().join("deploy/helm/tideway"))
+        .args(["--set", "federation.zoneAntiAffinity=require"])
+        .output()
+        .expect("run helm");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("federation.zoneAntiAffinity"), "{err}");
+
+    // The agent's federation address defaults to this release's own Service.
+    let docs = render(&["agent.enabled=true"]);
+    let file = find(&docs, "ConfigMap", "tw-agent")["data"]["agent.yaml"]
+        .as_str()
+        .unwrap();
+    let v: Value = serde_saphyr::from_str(file).unwrap();
+    assert_eq!(
+        v["federation"],
+        "http://tw.tideway-system.svc.cluster.local:7400"
+    );
+    let docs = render(&[
+        "agent.enabled=true",
+        "agent.config.federation=https://fed.example:7400",
+    ]);
+    let file = find(&docs, "ConfigMap", "tw-agent")["data"]["agent.yaml"]
+        .as_str()
+        .unwrap();
+    let v: Value = serde_saphyr::from_str(file).unwrap();
+    assert_eq!(v["federation"], "https://fed.example:7400");
+}
+
+/// Whether `.dockerignore` leaves `path` (relative, `/`-separated) out of the build context.
+/// Its patterns are kept to the forms this understands: a path from the root, which excludes
+/// what is under it too, and `**/` followed by a name or a `*.ext`, at any depth.
+fn docker_ignored(patterns: &[String], path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    let name_matches = |pat: &str, name: &str| match pat.strip_prefix('*') {
+        Some(ext) => name.ends_with(ext),
+        None => pat == name,
+    };
+    patterns.iter().any(|p| match p.strip_prefix("**/") {
+        Some(name) => parts.iter().any(|part| name_matches(name, part)),
+        None => path == p || path.starts_with(&format!("{p}/")),
+    })
+}
+
+#[test]
+fn the_image_build_context_leaves_out_build_output_and_tools() {
+    let text = std::fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+    let patterns: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/').to_string())
+        .collect();
+    for p in &patterns {
+        assert!(
+            !p.starts_with('!') && !p.contains('?') && !p.contains('['),
+            "a pattern this test cannot read: {p}"
+        );
+    }
+    // What must stay out: build output, version control, installed packages, node data.
+    for out in [
+        "target",
+        "target/debug/tideway",
+        ".git",
+        ".git/objects/pack",
+        "tests/browser/node_modules/playwright-core/package.json",
+        "deploy/helm/tools/node_modules/x",
+        "deploy/helm/tools/bin/helm",
+        "tmp/tw1/raft-log.redb",
+        "node-1/raft-log.redb",
+    ] {
+        assert!(docker_ignored(&patterns, out), "{out} is sent to the build");
+    }
+    // What the build reads: the manifests, the sources and every file they include.
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/main.rs",
+        "api/Cargo.toml",
+        "federation/src/lib.rs",
+        "docs/api.md",
+        "deploy/dev/sim-eu.yaml",
+        "deploy/helm/tools/package-lock.json",
+        "tests/support/Cargo.toml",
+        "api/testdata/policy.yaml",
+    ] {
+        assert!(
+            !docker_ignored(&patterns, needed),
+            "{needed} is needed by the build but excluded"
+        );
+    }
+    // The context this leaves, walked: the sources, a few MB, not the gigabytes of target/.
+    fn walk(root: &Path, rel: &str, patterns: &[String], total: &mut u64) {
+        let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            if docker_ignored(patterns, &path) {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => walk(root, &path, patterns, total),
+                Ok(t) if t.is_file() => *total += e.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    let mut total = 0;
+    walk(&repo(), "", &patterns, &mut total);
+    assert!(total < 64 << 20, "the build context is {} MB", total >> 20);
 }
 
 /// The long flags `tideway server --help` lists: a flag renamed in src/cli.rs and not in the
