@@ -1,12 +1,12 @@
 //! A server's log lines leave its serving threads through a buffer that one thread writes out.
 //!
 //! tracing's fmt layer writes every event with a `write(2)` of its own. A server logs a line per
-//! submission, and with stderr on a file that system call cost about 3% of a three-node
-//! federation's submissions/s (docs/operations.md, "The shared anchor as it is, and the log
-//! line's system call"). Here an event's line is appended to a shared buffer under a short
-//! lock, and a writer thread writes all that is buffered in one call, at most one wake and one
-//! write per 5 ms: under load many lines per system call, and a line reaches stderr within
-//! about 5 ms.
+//! submission, and with stderr on a file that system call cost a measurable share of a
+//! three-node federation's submissions/s (see docs/benchmarks/submissions.md, "The shared
+//! anchor as it is, and the log line's system call"). Here an event's line is appended to a
+//! shared buffer under a short lock, and a writer thread writes all that is buffered in one
+//! call, at most one wake and one write per 5 ms: under load many lines per system call, and a
+//! line reaches stderr within about 5 ms.
 //!
 //! The price, and how it is kept small:
 //! - lines still buffered when the process is killed with SIGKILL are lost; the writer is at most

@@ -8,7 +8,7 @@
 # for both; the same build against itself gives 0.99-1.03. A change to how much work a node keeps
 # in flight (batches, pipelining) breaks the premise: the build with more runnable work takes a
 # larger share of the saturated machine, so compare such builds alone as well (per-process CPU
-# and rate of one cluster at a time; docs/operations.md, "Appends pipelined").
+# and rate of one cluster at a time; docs/benchmarks/submissions.md, "Appends pipelined").
 # Usage: same_time_ab.sh BIN_A BIN_B [ROUNDS=2] [SECONDS=10]
 #   ENV_A / ENV_B: extra environment for that build's nodes (e.g. ENV_B=TIDEWAY_LOG=warn), so
 #   one binary against itself compares a setting.

@@ -7,7 +7,7 @@
 # (Debian: apt-get install wrk etcd-server etcd-client).
 # Usage: side_by_side.sh [PAIRS=3] [SECONDS=10]; TIDEWAY_BIN defaults to target/release/tideway.
 # Both clusters are started once and keep what every pair wrote: Tideway's rate falls as its state
-# grows (about 15% by 480,000 workloads, docs/operations.md), etcd's does not, so pairs after the
+# grows (docs/benchmarks/submissions.md), etcd's does not, so pairs after the
 # first compare a fuller Tideway. etcd-baseline.sh, the shared anchor, starts a fresh etcd per run.
 set -euo pipefail
 pairs=${1:-3}

@@ -22,9 +22,9 @@ pub const MAX_BATCH: usize = 512;
 /// into the next, as large as it can be, and each entry's costs (its encoding, its append RPC
 /// per follower, its apply) are paid by as many submissions as possible. Two kept the pipeline
 /// fuller while the log's `append` blocked openraft's core for each fsync; since the log
-/// writes on a thread of its own (`raft::log_writer`), one gave 10,240 submissions/s against
-/// 9,520 with two (wrk at the leader, means of three) and 6,918 / 6,118 against 6,847 / 5,541
-/// with clients on every node (docs/operations.md, "Submissions against etcd").
+/// writes on a thread of its own (`raft::log_writer`), one gave more submissions/s than two,
+/// with wrk at the leader and with clients on every node (docs/benchmarks/submissions.md,
+/// "The log written by a thread of its own").
 const MAX_IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<CommandResult, ProposeError>>;
@@ -101,9 +101,10 @@ const MAX_LINGER: Duration = Duration::from_millis(5);
 /// fixed costs (its append RPC per follower, a log write per node, openraft's round) are paid
 /// by half as many submissions as could share them. The answered clients' submissions are
 /// usually already arriving, decoded and validated by handler tasks that only need to run;
-/// letting them run before the entry is cut took the rate up about 8% (64 clients at the
-/// leader, same-time runs, docs/operations.md). A lone client never waits (its last batch
-/// was one), and yielding with nothing else to run returns at once.
+/// letting them run before the entry is cut took the rate up (64 clients at the leader,
+/// same-time runs; see docs/benchmarks/submissions.md, "Batches as large as the last one").
+/// A lone client never waits (its last batch was one), and yielding with nothing else to run
+/// returns at once.
 async fn gather<T>(first: T, rx: &mut mpsc::Receiver<T>, last_len: usize) -> Vec<T> {
     let mut batch = vec![first];
     drain(&mut batch, rx);
