@@ -100,12 +100,13 @@ pub struct SchedulerTuning {
     /// Per-cluster lists inside a `PendingReason` are cut to this many entries (the full
     /// breakdown is in the explanation), so 100,000 reasons stay small.
     pub max_reason_clusters: usize,
-    /// Only gangs of at least this many GPUs (of one flavor) reclaim their queue's lent
-    /// guarantee from equal-priority borrowers of the cohort; unset: every workload within
-    /// its guarantee does. Smaller work of a queue below its guarantee is still ordered
-    /// first by fair share and fits into the next freed GPUs, so evicting a borrower for it
-    /// (losing the victim's work when it cannot checkpoint) buys little; a gang of whole
-    /// nodes, by contrast, may never see them freed without reclaim.
+    /// An override, kept as history: only gangs of at least this many GPUs (of one flavor)
+    /// reclaim their queue's lent guarantee from equal-priority borrowers of the cohort
+    /// (`1`: every workload within its guarantee does). Unset, the default rule decides:
+    /// a workload within its queue's guarantee reclaims when it would otherwise wait longer
+    /// than on the queue's static partition, by more than a victim's notice (the scheduler
+    /// core's `promise`). The threshold was fitted to one replay (12 on the contended Philly
+    /// fleet) and did not carry over to other fleets (issue 55).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaim_min_gpus: Option<u64>,
     /// Reclaim from equal-priority borrowers of the cohort evicts only work that would lose

@@ -42,6 +42,7 @@ pub mod input;
 mod nodes;
 mod ordering;
 mod preemption;
+mod promise;
 mod quota;
 mod reclaim;
 pub use reclaim::side_guarantee_at;

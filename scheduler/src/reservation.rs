@@ -355,7 +355,7 @@ impl Cycle<'_> {
     /// When the shape is expected to fit on `ci`: the end of the running workload after
     /// whose end (with all that end earlier) it fits; the last end when the conservative
     /// model never shows a fit (the cluster then is as empty as it will get).
-    fn expected_start(&self, ci: usize, s: usize) -> DateTime<Utc> {
+    pub(super) fn expected_start(&self, ci: usize, s: usize) -> DateTime<Utc> {
         let shape = &self.shapes[s];
         let mut ending: Vec<(DateTime<Utc>, u32)> = self.on_cluster[ci]
             .iter()
