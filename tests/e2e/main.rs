@@ -13,6 +13,7 @@ mod t104_readme_recipe;
 mod t105_closed_pipe;
 mod t107_peer_log_rate;
 mod t10_submit_failover;
+mod t110_member_loss_wan;
 mod t20_restart;
 mod t30_snapshot_catch_up;
 mod t40_partition;
