@@ -687,7 +687,8 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 3600)]
     pub retain_terminal: u64,
     /// Start the fleet's clock at this instant (RFC 3339, e.g. 2026-01-05T12:00:00+01:00)
-    /// instead of now: tidal windows then open at the same moments on every run.
+    /// instead of now: tidal windows then open at the same moments on every run. With
+    /// `--demo` it defaults to ten fleet minutes before the schedule's next 08:00 Berlin.
     #[arg(long, value_parser = parse_start_at)]
     pub start_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Also submit a stream of workloads sampled from the traces (Philly training, Alibaba
@@ -1358,7 +1359,8 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     // One clock for the whole fleet: the simulated members stamp their reports with it and
     // the leader compares those stamps with its own now (minimum runtimes before preemption,
     // digest ages), so both must read the same, scaled, time.
-    let clock = tideway_agent::sim_agent::sim_clock_from(a.time_scale, a.start_at)?;
+    let start_at = a.start_at.or_else(|| dev_demo_start(a.demo));
+    let clock = tideway_agent::sim_agent::sim_clock_from(a.time_scale, start_at)?;
     // One command, yet not open to anyone on the machine: a fresh admin token every start,
     // only its digest in the server, the token itself in the CLI configuration.
     let token = generate_token().map_err(|_| anyhow::anyhow!("no randomness for a token"))?;
@@ -1443,6 +1445,7 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
     println!("  capacity: http://{}/v1/capacity", node.addr);
+    println!("  clock:    {}", crate::demo::clock_line(a.time_scale, start_at));
     if let Some((source, _)) = &demo_source {
         println!(
             "  demo:     one workload every {} ms, {source}",
@@ -1479,6 +1482,18 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
 
 /// The day/night schedule `tideway dev` starts with.
 const DEV_SCHEDULE: &str = include_str!("../deploy/dev/day-night.yaml");
+
+/// With `--demo` and no `--start-at`, the fleet clock starts shortly before the dev
+/// schedule's next morning boundary, so the demo shows a transition and its reclaim within
+/// a wall minute or two.
+fn dev_demo_start(demo: bool) -> Option<chrono::DateTime<chrono::Utc>> {
+    if !demo {
+        return None;
+    }
+    let schedule: tideway_api::QuotaSchedule =
+        tideway_api::decode_yaml(DEV_SCHEDULE.as_bytes()).ok()?;
+    crate::demo::start_before_boundary(&schedule, "day", chrono::Utc::now())
+}
 
 /// Applies the dev schedule once the one-node federation has elected itself.
 async fn apply_dev_schedule(addr: &str, token: &str) {

@@ -21,9 +21,23 @@ const RUNTIME_BOUNDS: (u64, u64) = (120, 4 * 3600);
 const DEFAULT_LIFETIME: u64 = 3600;
 /// Gangs larger than this are left out: the dev clusters hold 48 to 96 GPUs of a model.
 const MAX_GPUS: u64 = 32;
-/// Training and inference flavors of the dev fleet, used in turn.
+/// Training and inference flavors of the dev fleet, used in turn. Both sides use H100, so
+/// they meet in the fleet's shared H100 racks, where the day/night schedule moves GPUs.
 const TRAINING_FLAVORS: [&str; 2] = ["H100", "A100"];
-const INFERENCE_FLAVORS: [&str; 2] = ["L40S", "L4"];
+const INFERENCE_FLAVORS: [&str; 3] = ["H100", "L40S", "L4"];
+/// The night's training before the demo's first boundary: eleven eight-GPU runs, 88 of the
+/// dev fleet's 128 H100s, just within the training side's night quota (70%: 89), so that
+/// nothing reclaims them at night.
+const NIGHT_TRAINING_RUNS: usize = 11;
+/// The morning's inference: eight eight-GPU replicas (64 H100s). Five start on the 40 H100s
+/// the night leaves free; three wait for the morning, when the inference side's quota rises
+/// to 70% (89) and the training side's falls to 30% (38), and then reclaim three of the
+/// night's training runs at the boundary.
+const MORNING_REPLICAS: usize = 8;
+/// How long before the dev schedule's morning boundary `--demo` starts the fleet clock
+/// (fleet time): long enough for the night's training to start and pass the minimum
+/// runtime before preemption, short enough that the boundary comes within a wall minute.
+pub const DEMO_LEAD_MINUTES: i64 = 10;
 /// The queue every demo workload goes to (the one `tideway dev` bootstraps).
 const QUEUE: &str = "default";
 
@@ -129,11 +143,11 @@ fn interleave(mut training: Vec<Job>, mut inference: Vec<Job>) -> Vec<Workload> 
 
 /// The workload of one trace job: a dev flavor of its class, a bounded simulated run time.
 fn demo_workload(job: &Job, n: usize, settings: &SimulatorSettings) -> Workload {
-    let flavors = match job.class {
-        WorkloadClass::Inference => INFERENCE_FLAVORS,
-        _ => TRAINING_FLAVORS,
+    // Inference is every third workload of the stream, so it takes its turn by thirds.
+    let flavor = match job.class {
+        WorkloadClass::Inference => INFERENCE_FLAVORS[(n / 3) % INFERENCE_FLAVORS.len()],
+        _ => TRAINING_FLAVORS[n % TRAINING_FLAVORS.len()],
     };
-    let flavor = flavors[n % flavors.len()];
     let mut w = tideway_simulate::workload::build_workload(job, flavor, settings);
     for ps in &mut w.spec.pod_sets {
         ps.flavor = flavor.to_string().into();
@@ -213,6 +227,77 @@ pub fn synthetic(n: usize) -> Vec<Workload> {
         .collect()
 }
 
+/// The demo's opening act on the shared H100s, submitted at once before the stream: the
+/// night's checkpointable training runs, then the morning's inference replicas (see
+/// [`NIGHT_TRAINING_RUNS`] and [`MORNING_REPLICAS`] for why these counts show a reclaim at
+/// the boundary and none before it).
+pub fn opening_act() -> Vec<Workload> {
+    let one = |name: String, class: &str, checkpoint: bool| {
+        let mut spec = serde_json::json!({
+            "queue": QUEUE,
+            "class": class,
+            "podSets": [{"name": "worker", "count": 1, "gpusPerPod": 8, "flavor": "H100"}],
+            "runtimeEstimateSeconds": RUNTIME_BOUNDS.1,
+        });
+        if checkpoint {
+            spec["checkpoint"] = serde_json::json!({"intervalSeconds": 600});
+        }
+        let doc = serde_json::json!({
+            "apiVersion": tideway_api::API_VERSION,
+            "kind": "Workload",
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    (tideway_agent::sim::cluster::RUNTIME_ANNOTATION): RUNTIME_BOUNDS.1.to_string(),
+                },
+            },
+            "spec": spec,
+        });
+        serde_json::from_value::<Workload>(doc).ok()
+    };
+    let training = (0..NIGHT_TRAINING_RUNS)
+        .filter_map(|k| one(format!("demo-night-train-{k}"), "training", true));
+    let inference = (0..MORNING_REPLICAS)
+        .filter_map(|k| one(format!("demo-morning-serve-{k}"), "inference", false));
+    training.chain(inference).collect()
+}
+
+/// Where `--demo` starts the fleet clock when not told: [`DEMO_LEAD_MINUTES`] before the
+/// next boundary of `schedule` that opens `window` after `now`, so a user sees a transition
+/// and its reclaim within a wall minute or two. `None` if the schedule never opens it.
+pub fn start_before_boundary(
+    schedule: &tideway_api::QuotaSchedule,
+    window: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let spec = &schedule.spec;
+    let cal = tideway_scheduler::tidal::Calendar::new(spec).ok()?;
+    let mut t = now;
+    // Two changes a day for a week at most.
+    for _ in 0..32 {
+        let c = cal.next_change(t).ok()??;
+        if tideway_scheduler::tidal::window_name(spec, c.to).as_deref() == Some(window) {
+            return Some(c.at - chrono::Duration::minutes(DEMO_LEAD_MINUTES));
+        }
+        t = c.at;
+    }
+    None
+}
+
+/// The banner's line on the fleet clock: how fast it runs and what that means for the
+/// times the views show.
+pub fn clock_line(scale: f64, start: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    let from = start.map_or_else(
+        || "now".to_owned(),
+        |t| t.format("%Y-%m-%d %H:%M UTC").to_string(),
+    );
+    format!(
+        "fleet time runs {scale}x the wall clock from {from} (one wall second is {} fleet \
+         seconds; AGE, HEARTBEAT and schedule windows count fleet time)",
+        scale
+    )
+}
+
 /// Submits the stream, one workload every `every`, round after round (names carry the
 /// round from the second on), until `stop` turns true. A refused submission is logged and
 /// skipped: the demo shows the federation, it does not test it.
@@ -224,6 +309,13 @@ pub async fn feed(
 ) {
     if workloads.is_empty() {
         return;
+    }
+    // The opening act first, at once: it must be running before the boundary.
+    for w in opening_act() {
+        let name = w.metadata.name.clone();
+        if let Err(e) = client.submit(&w, Some(&name)).await {
+            tracing::debug!(workload = %name, error = %e, "demo submission refused");
+        }
     }
     let mut round = 1u32;
     loop {
@@ -272,10 +364,10 @@ mod tests {
                 .parse()
                 .unwrap();
             assert!((RUNTIME_BOUNDS.0..=RUNTIME_BOUNDS.1).contains(&rt));
-            let flavors = if w.spec.class == WorkloadClass::Inference {
-                INFERENCE_FLAVORS
+            let flavors: &[&str] = if w.spec.class == WorkloadClass::Inference {
+                &INFERENCE_FLAVORS
             } else {
-                TRAINING_FLAVORS
+                &TRAINING_FLAVORS
             };
             assert!(
                 w.spec
@@ -313,6 +405,44 @@ mod tests {
             use tideway_api::Validate;
             // What the server would refuse (e.g. spread with a gang) would never move a view.
             assert!(w.validate().is_ok(), "{w:?}: {:?}", w.validate());
+        }
+    }
+
+    #[test]
+    fn the_demo_starts_ten_fleet_minutes_before_the_morning_boundary() {
+        let schedule: tideway_api::QuotaSchedule =
+            tideway_api::decode_yaml(include_bytes!("../deploy/dev/day-night.yaml")).unwrap();
+        // Noon in Berlin (UTC+1 in January): the next 08:00 is tomorrow's, 07:00 UTC.
+        let now = "2026-01-05T11:00:00Z".parse().unwrap();
+        let start = start_before_boundary(&schedule, "day", now).unwrap();
+        assert_eq!(start.to_rfc3339(), "2026-01-06T06:50:00+00:00");
+        assert!(start_before_boundary(&schedule, "dusk", now).is_none());
+    }
+
+    #[test]
+    fn the_opening_act_stays_within_the_night_and_overflows_the_morning() {
+        use tideway_api::Validate;
+        let w = opening_act();
+        assert_eq!(w.len(), NIGHT_TRAINING_RUNS + MORNING_REPLICAS);
+        let gpus = |class| -> u64 {
+            w.iter()
+                .filter(|w| w.spec.class == class)
+                .map(|w| w.spec.total_gpus())
+                .sum()
+        };
+        // The dev fleet: 128 H100s, 70/30 by night and 30/70 by day.
+        let (training, inference) = (
+            gpus(WorkloadClass::Training),
+            gpus(WorkloadClass::Inference),
+        );
+        assert!(training <= 89 && training > 38, "{training}");
+        assert!(inference > 128 - training && inference <= 89, "{inference}");
+        for w in &w {
+            assert!(w.validate().is_ok(), "{w:?}: {:?}", w.validate());
+            assert!(w.metadata.name.starts_with("demo-"));
+            if w.spec.class == WorkloadClass::Training {
+                assert!(w.spec.checkpoint.is_some(), "reclaimable with a notice");
+            }
         }
     }
 
