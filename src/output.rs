@@ -665,8 +665,96 @@ pub fn print_queues(v: &QueueList, fmt: OutputFormat) -> anyhow::Result<()> {
         "{}",
         table(&header, rows, if wide { &[3, 7, 8] } else { &[3] })
     );
+    if wide {
+        println!();
+        println!("{}", queue_flavor_table(v));
+    }
     Ok(())
 }
+
+/// `queues -o wide`'s second table: per queue and flavor, the work, the GPUs and the quota
+/// in force now with the window that sets it; a schedule's pool quotas as the fleet side's
+/// use against its quota.
+fn queue_flavor_table(v: &QueueList) -> String {
+    let set_by = |s: &tideway_api::QuotaSetBy| {
+        let window = s.window.as_deref().unwrap_or("(default)");
+        match s.until {
+            Some(u) => format!("window {window} of {} until {}", s.schedule, until(s, u)),
+            None => format!("window {window} of {}", s.schedule),
+        }
+    };
+    let mut rows = Vec::new();
+    for q in &v.items {
+        let Some(st) = &q.status else { continue };
+        for f in &st.flavors {
+            let sides: Vec<String> = f
+                .sides
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {} (side {}/{})",
+                        s.side, s.used_gpus, s.side_used_gpus, s.quota_gpus
+                    )
+                })
+                .collect();
+            let source = match (&f.set_by, f.sides.first()) {
+                (Some(s), _) => set_by(s),
+                (None, Some(side)) => format!("queue's own; sides: {}", set_by(&side.set_by)),
+                (None, None) => "queue's own".to_string(),
+            };
+            rows.push(vec![
+                q.metadata.name.clone(),
+                f.flavor.clone(),
+                f.pending_workloads.to_string(),
+                f.active_workloads.to_string(),
+                f.used_gpus.to_string(),
+                f.borrowed_gpus.to_string(),
+                f.lent_gpus.to_string(),
+                f.quota_gpus
+                    .map_or_else(|| "unlimited".to_string(), |g| g.to_string()),
+                if sides.is_empty() {
+                    "-".to_string()
+                } else {
+                    sides.join(", ")
+                },
+                source,
+            ]);
+        }
+    }
+    table(
+        &[
+            "QUEUE",
+            "FLAVOR",
+            "PENDING",
+            "ACTIVE",
+            "USED",
+            "BORROWED",
+            "LENT",
+            "QUOTA NOW",
+            "BY SIDE (used, side used/quota)",
+            "SET BY",
+        ],
+        rows,
+        &[2, 3, 4, 5, 6, 7],
+    )
+}
+
+/// When a quota changes, in the schedule's zone with how far off it is on the federation's
+/// clock: "Tue 22:00 CET (in 3h12m)".
+pub(crate) fn until(s: &tideway_api::QuotaSetBy, at: chrono::DateTime<chrono::Utc>) -> String {
+    let local = s
+        .until_local
+        .clone()
+        .unwrap_or_else(|| tideway_api::QuotaSetBy::local(at, &s.time_zone));
+    match s.seconds_left {
+        Some(left) if left >= 0 => format!(
+            "{local} (in {})",
+            human_duration(chrono::Duration::seconds(left))
+        ),
+        _ => local,
+    }
+}
+
 
 /// `tideway schedule show`: where the schedule stands, then one row per hour.
 pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> anyhow::Result<()> {

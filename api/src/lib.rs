@@ -66,7 +66,10 @@ pub use priority_class::{
     Aging, Preemptibility, PreemptionPolicy, PriorityClass, PriorityClassSpec,
 };
 pub use problem::Problem;
-pub use queue::{FlavorQuota, PreemptionScope, Queue, QueuePreemption, QueueSpec, QueueStatus};
+pub use queue::{
+    FlavorQuota, PreemptionScope, Queue, QueueFlavorStatus, QueuePreemption, QueueSpec,
+    QueueStatus, QuotaSetBy, SideQuotaStatus,
+};
 pub use quota_schedule::{
     DayOfWeek, QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus, QuotaTarget,
     QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,

@@ -235,6 +235,92 @@ pub struct QueueStatus {
     /// Part of `usedGpus` above the guarantee, i.e. borrowed from the cohort.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub borrowed_gpus: BTreeMap<String, u64>,
+    /// Per flavor: the work, the GPUs, and the quota in force now with what sets it (a
+    /// tidal window or the queue's own spec). Computed when read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<QueueFlavorStatus>,
+}
+
+/// One flavor of a queue, as it stands now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct QueueFlavorStatus {
+    /// The GPU model.
+    pub flavor: String,
+    /// Pending workloads asking for this flavor.
+    pub pending_workloads: u32,
+    /// Admitted, assigned or running workloads holding this flavor.
+    pub active_workloads: u32,
+    /// GPUs of the flavor the active workloads hold.
+    pub used_gpus: u64,
+    /// Used above the guarantee in force: borrowed from the cohort.
+    pub borrowed_gpus: u64,
+    /// Guarantee in force left unused while the cohort's other queues borrow (at most what
+    /// they borrow): lent to them, and reclaimable.
+    pub lent_gpus: u64,
+    /// The queue's guarantee in force; `None` when the queue has no quota for the flavor
+    /// (unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_gpus: Option<u64>,
+    /// The schedule and window that set `quotaGpus`; `None` when it is the queue's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<QuotaSetBy>,
+    /// The fleet sides' quotas in force for the flavor (a schedule's pool quotas) and what
+    /// this queue's work of each side uses of it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sides: Vec<SideQuotaStatus>,
+}
+
+/// The tidal window a quota in force comes from, and until when it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct QuotaSetBy {
+    /// The quota schedule's name.
+    pub schedule: String,
+    /// The window; `None` between windows (the schedule's `defaultQuotas`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The next boundary, when the quota may change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// The schedule's IANA time zone, to show `until` as the schedule's users read it.
+    pub time_zone: String,
+    /// `until` in that zone's wall-clock time, e.g. `Tue 22:00 CET`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until_local: Option<String>,
+    /// Seconds from the read to `until` on the federation's clock (which `tideway dev` runs
+    /// faster than the wall clock, so a client's own clock cannot say it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds_left: Option<i64>,
+}
+
+impl QuotaSetBy {
+    /// `at` in an IANA zone's wall-clock time, `Tue 22:00 CET` (UTC for an unknown zone).
+    pub fn local(at: chrono::DateTime<chrono::Utc>, zone: &str) -> String {
+        match zone.parse::<chrono_tz::Tz>() {
+            Ok(tz) => at.with_timezone(&tz).format("%a %H:%M %Z").to_string(),
+            Err(_) => at.format("%a %H:%M UTC").to_string(),
+        }
+    }
+}
+
+/// A fleet side's quota in force for one flavor (from a schedule's pool quota).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SideQuotaStatus {
+    /// `inference` or `training` (training, eval and experiment work).
+    pub side: String,
+    /// What this queue's work of the side uses of the flavor.
+    pub used_gpus: u64,
+    /// What the whole side uses across queues, against `quotaGpus`.
+    pub side_used_gpus: u64,
+    /// The side's guarantee in force.
+    pub quota_gpus: u64,
+    /// The schedule and window that set it.
+    pub set_by: QuotaSetBy,
 }
 
 impl CheckAt for Queue {

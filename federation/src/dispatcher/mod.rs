@@ -15,6 +15,7 @@ pub mod dry_run;
 pub mod estimates;
 pub mod liveness;
 mod name_index;
+pub mod queue_view;
 pub mod recovery;
 pub mod retention;
 pub mod rollout;

@@ -663,7 +663,8 @@ pub async fn list_queues(
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(query_error)?;
     st.read_barrier(params.stale).await?;
-    let qs = st.read(|d| d.state.queues.values().cloned().collect::<Vec<_>>())?;
+    let now = st.clock.now();
+    let qs = st.read(|d| crate::dispatcher::queue_view::with_status(&d.state, now))?;
     Ok(Json(QueueList::new(qs)).into_response())
 }
 
