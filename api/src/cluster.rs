@@ -50,6 +50,28 @@ pub struct NodeStatus {
     /// status, and says here why and which members it last knew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removed: Option<RemovedNotice>,
+    /// The round trip this node has measured to each peer it sends Raft heartbeats to (a
+    /// leader: each follower), by Raft id; empty on a node that has not led. Nodes in other
+    /// regions show it here, and the timeouts to choose follow from it (docs/operations.md,
+    /// "Across regions").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peer_rtt: BTreeMap<u64, PeerRtt>,
+}
+
+/// A measured round trip to one peer: smoothed as TCP smooths it (RFC 6298).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PeerRtt {
+    /// Smoothed round trip of a heartbeat, in milliseconds.
+    pub rtt_ms: f64,
+    /// Its mean deviation, in milliseconds.
+    pub rttvar_ms: f64,
+    /// How long the next heartbeat to the peer may take before it is given up:
+    /// `rtt + 4·rttvar`, at least 50 ms, at most 5 s.
+    pub deadline_ms: f64,
+    /// Heartbeats measured since this node started.
+    pub samples: u64,
 }
 
 /// What a node knows of its own removal from the federation: sent by the leader that removed

@@ -55,6 +55,14 @@ pub enum NodeError {
 pub const DEFAULT_HEARTBEAT_MS: u64 = 50;
 /// See [`DEFAULT_HEARTBEAT_MS`].
 pub const DEFAULT_ELECTION_TIMEOUT_MS: (u64, u64) = (200, 400);
+/// `--network wan`: Raft timing for nodes up to 150 ms apart. openraft waits for a heartbeat's
+/// answer only for the heartbeat interval, so the interval is two such round trips; the
+/// election timeout is three heartbeats at least and 18 round trips at min + max (etcd asks
+/// for ten). A dead leader is then replaced in about 2.5 s at 150 ms (the lease, 1.8 s, then
+/// a pre-vote, a vote and a commit, a round trip each).
+pub const WAN_HEARTBEAT_MS: u64 = 300;
+/// See [`WAN_HEARTBEAT_MS`].
+pub const WAN_ELECTION_TIMEOUT_MS: (u64, u64) = (900, 1800);
 
 /// Settings of one federation node.
 #[derive(Debug, Clone)]
@@ -181,7 +189,13 @@ impl Node {
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let filter = PeerFilter::default();
         let plane = PeerPlane::new(cfg.tls.is_some(), cfg.cluster_secret.clone());
-        let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone(), log.tail());
+        let rtt = crate::raft::rtt::RttTable::new(crate::raft::rtt::Timing {
+            heartbeat: Duration::from_millis(cfg.heartbeat_ms),
+            election_min: Duration::from_millis(cfg.election_timeout_ms.0),
+            election_max: Duration::from_millis(cfg.election_timeout_ms.1),
+        });
+        let network = NetworkFactory::new(http.clone(), filter.clone(), plane.clone(), log.tail())
+            .with_rtt(rtt.clone());
         let peer_reports = network.reports();
         let plane_for_watch = plane.clone();
         let log_stats = log.stats();
@@ -220,6 +234,7 @@ impl Node {
             redispatch_waits: Default::default(),
             contact: Default::default(),
             removal: removal.clone(),
+            rtt,
         });
         let mut tasks = vec![
             tokio::spawn(crate::raft::digest_warmer::warm_loop(

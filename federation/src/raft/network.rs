@@ -21,10 +21,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::append_stream::{self, AppendStream, Opened, StreamError};
+use super::heartbeat_relay::Relay;
 use super::log_tail::LogTail;
 use super::node_info::NodeInfo;
 use super::peer_plane::PeerPlane;
 use super::peer_report::PeerReports;
+use super::rtt::RttTable;
 use super::types::{Entry, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 
 /// The log's tail, shared with the transport so that appends reuse the entries' bytes.
@@ -95,6 +97,7 @@ pub struct NetworkFactory {
     plane: PeerPlane,
     tail: SharedTail,
     reports: PeerReports,
+    rtt: RttTable,
 }
 
 impl NetworkFactory {
@@ -110,7 +113,15 @@ impl NetworkFactory {
             plane,
             tail,
             reports: PeerReports::default(),
+            rtt: RttTable::default(),
         }
+    }
+
+    /// Measures round trips into `rtt` (shared with `cluster status`), whose deadlines the
+    /// heartbeats and votes then get.
+    pub fn with_rtt(mut self, rtt: RttTable) -> Self {
+        self.rtt = rtt;
+        self
     }
 
     /// Where this node's peer failures are counted, for the other sites that talk to peers
@@ -132,11 +143,17 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             plane: self.plane.clone(),
             tail: self.tail.clone(),
             reports: self.reports.clone(),
+            rtt: self.rtt.clone(),
             stream: std::sync::Mutex::new(None),
             posts_only: false,
+            relay: None,
         }
     }
 }
+
+/// A heartbeat as the relay carries it, and its answer.
+type HeartbeatCall = (AppendEntriesRequest<TypeConfig>, RPCOption);
+type HeartbeatAnswer = Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>>;
 
 pub struct PeerClient {
     target: NodeId,
@@ -147,6 +164,8 @@ pub struct PeerClient {
     tail: SharedTail,
     /// Failed RPCs are logged through this, a line per peer per interval (see `peer_report`).
     reports: PeerReports,
+    /// Round trips to the peer, measured from heartbeats, and the deadlines they give.
+    rtt: RttTable,
     /// The append stream to the peer, once open. Taken out for each call and put back only
     /// when the call completed, so a call that failed or was abandoned (its time ran out)
     /// leaves no half-read answer behind for the next. In a mutex only because openraft
@@ -155,6 +174,9 @@ pub struct PeerClient {
     stream: std::sync::Mutex<Option<AppendStream>>,
     /// The peer does not serve append streams (a node from before them): POST appends.
     posts_only: bool,
+    /// Heartbeats go through this task with a client of its own, so that openraft's cut-off
+    /// at the heartbeat interval does not cut the call (see `heartbeat_relay`).
+    relay: Option<Relay<HeartbeatCall, HeartbeatAnswer>>,
 }
 
 /// How an append went over the stream.
@@ -278,7 +300,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let res = self.append(rpc, option).await;
+        let res = if rpc.entries.is_empty() {
+            self.heartbeat(rpc, option).await
+        } else {
+            self.append(rpc, option).await
+        };
         self.reports.outcome(self.target, &self.addr, "append", res)
     }
 
@@ -287,7 +313,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let res = self.call("vote", &rpc, option.hard_ttl()).await;
+        let ttl = self.rtt.deadline(self.target, option.hard_ttl());
+        let res = self.call("vote", &rpc, ttl).await;
         self.reports.outcome(self.target, &self.addr, "vote", res)
     }
 
@@ -296,7 +323,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let res = self.call("pre-vote", &rpc, option.hard_ttl()).await;
+        let ttl = self.rtt.deadline(self.target, option.hard_ttl());
+        let res = self.call("pre-vote", &rpc, ttl).await;
         self.reports
             .outcome(self.target, &self.addr, "pre-vote", res)
     }
@@ -335,13 +363,69 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
 }
 
 impl PeerClient {
+    /// A client of the same peer with its own connection, for the heartbeat relay.
+    fn detached(&self) -> PeerClient {
+        PeerClient {
+            target: self.target,
+            addr: self.addr.clone(),
+            http: self.http.clone(),
+            filter: self.filter.clone(),
+            plane: self.plane.clone(),
+            tail: self.tail.clone(),
+            reports: self.reports.clone(),
+            rtt: self.rtt.clone(),
+            stream: std::sync::Mutex::new(None),
+            posts_only: self.posts_only,
+            relay: None,
+        }
+    }
+
+    /// A heartbeat, sent by the relay and measured there: its round trip is the network's
+    /// and the peer's Raft's, without a log write.
+    async fn heartbeat(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> HeartbeatAnswer {
+        if self.relay.is_none() {
+            let rtt = self.rtt.clone();
+            let target = self.target;
+            let relay = Relay::spawn(self.detached(), move |mut c: PeerClient, (rpc, option)| {
+                let rtt = rtt.clone();
+                async move {
+                    // Raft's timers run on the machine's monotonic clock, never a scaled one.
+                    let started =
+                        tideway_api::clock::Clock::instant(&tideway_api::clock::RealClock);
+                    let res = c.append(rpc, option).await;
+                    match &res {
+                        Ok(_) => rtt.heartbeat_answered(target, started.elapsed()),
+                        Err(RPCError::Network(_)) => rtt.timed_out(target),
+                        Err(_) => {}
+                    }
+                    (c, res)
+                }
+            });
+            self.relay = Some(relay);
+        }
+        match &self.relay {
+            Some(relay) => relay
+                .call((rpc, option))
+                .await
+                .unwrap_or_else(|e| Err(RPCError::Network(NetworkError::new(&e)))),
+            None => Err(RPCError::Network(NetworkError::from_string(
+                "no heartbeat relay",
+            ))),
+        }
+    }
+
     /// One append: over the stream when the peer serves one, else as a POST.
     async fn append(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let ttl = append_ttl(!rpc.entries.is_empty(), &option);
+        let ttl = append_ttl(!rpc.entries.is_empty(), &option)
+            .max(self.rtt.deadline(self.target, option.hard_ttl()));
         if self.posts_only {
             let body = encode_append(&rpc, &self.tail)
                 .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;

@@ -103,6 +103,7 @@ pub async fn status(
             .entries
             .load(std::sync::atomic::Ordering::Relaxed),
         removed,
+        peer_rtt: st.rtt.report(),
     }))
 }
 

@@ -136,6 +136,8 @@ pub struct Shared {
     /// Set once this node has been removed from the federation: the gate then refuses every
     /// request but its status (see `raft::removal`).
     pub removal: Arc<crate::raft::removal::Removal>,
+    /// Round trips measured to each peer, for `cluster status`.
+    pub rtt: crate::raft::rtt::RttTable,
 }
 
 impl AppState {
