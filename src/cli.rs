@@ -427,6 +427,23 @@ pub enum ScheduleCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// What the next boundary will do on the live state: the quotas before and after, the
+    /// running workloads it would reclaim (the leader's own cycle, run on a copy) and the
+    /// GPU-hours they would lose.
+    Next {
+        name: String,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every applied schedule: its zone, current window and next transition.
+    List {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -630,14 +647,14 @@ pub enum AuditRetain {
 
 fn parse_audit_retain(s: &str) -> Result<AuditRetain, String> {
     let bad = || format!("'{s}': a count (100000) or an age (30d, 12h, 90m, 3600s)");
-/// `tideway server --network`: Raft timing presets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum NetworkPreset {
-    /// One data centre: the timing flags' defaults.
-    Lan,
-    /// Nodes in different regions, up to 150 ms apart.
-    Wan,
-}
+    /// `tideway server --network`: Raft timing presets.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+    pub enum NetworkPreset {
+        /// One data centre: the timing flags' defaults.
+        Lan,
+        /// Nodes in different regions, up to 150 ms apart.
+        Wan,
+    }
 
     if let Ok(n) = s.parse::<usize>() {
         return (n > 0).then_some(AuditRetain::Count(n)).ok_or_else(bad);
@@ -1003,6 +1020,20 @@ impl Cli {
                 let v = target.client()?.schedule_timeline(&name, hours).await?;
                 output::print_schedule(&v, output)
             }
+            Cmd::Schedule {
+                cmd:
+                    ScheduleCmd::Next {
+                        name,
+                        output,
+                        target,
+                    },
+            } => crate::schedule_out::print_next(
+                &target.client()?.schedule_next(&name).await?,
+                output,
+            ),
+            Cmd::Schedule {
+                cmd: ScheduleCmd::List { output, target },
+            } => crate::schedule_out::print_list(&target.client()?.schedules().await?, output),
             Cmd::Simulate(a) => crate::simulate_cmd::run(a).await,
             Cmd::Bench { cmd } => bench::run(cmd).await,
             Cmd::Openapi => {
@@ -1464,7 +1495,10 @@ async fn dev(a: DevArgs) -> anyhow::Result<()> {
     println!("  metrics:  http://{}/metrics", node.addr);
     println!("  data:     {}", dir.display());
     println!("  capacity: http://{}/v1/capacity", node.addr);
-    println!("  clock:    {}", crate::demo::clock_line(a.time_scale, start_at));
+    println!(
+        "  clock:    {}",
+        crate::demo::clock_line(a.time_scale, start_at)
+    );
     if let Some((source, _)) = &demo_source {
         println!(
             "  demo:     one workload every {} ms, {source}",

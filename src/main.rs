@@ -14,6 +14,7 @@ mod launcher;
 mod log_sink;
 mod output;
 mod policy_replay;
+mod schedule_out;
 mod simulate_cmd;
 mod usage_out;
 

@@ -522,6 +522,16 @@ impl Client {
             .await
     }
 
+    /// What the next boundary of a quota schedule will do on the live state.
+    pub async fn schedule_next(&self, name: &str) -> Result<crate::ScheduleNext, ClientError> {
+        self.get_json(&format!("/v1/schedules/{name}/next")).await
+    }
+
+    /// Every applied quota schedule where it stands now.
+    pub async fn schedules(&self) -> Result<Vec<crate::ScheduleTimeline>, ClientError> {
+        self.get_json("/v1/schedules").await
+    }
+
     /// Every queue.
     pub async fn queues(&self) -> Result<QueueList, ClientError> {
         self.get_json("/v1/queues").await

@@ -71,9 +71,10 @@ pub use queue::{
     QueueStatus, QuotaSetBy, SideQuotaStatus,
 };
 pub use quota_schedule::{
-    DayOfWeek, QuotaAmount, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus, QuotaTarget,
-    QuotaWindow, ReclaimOrder, ScheduleError, ScheduleScope, ScheduleTimeline, ScheduleTransition,
-    TimelineHour, TimelineQuota, Transition, WindowQuota,
+    DayOfWeek, QuotaAmount, QuotaChange, QuotaSchedule, QuotaScheduleSpec, QuotaScheduleStatus,
+    QuotaTarget, QuotaWindow, ReclaimOrder, ReclaimPreview, ScheduleError, ScheduleNext,
+    ScheduleScope, ScheduleTimeline, ScheduleTransition, TimelineHour, TimelineQuota, Transition,
+    WindowQuota,
 };
 pub use role_binding::{Role, RoleBinding, RoleBindingSpec};
 pub use rollout::{RollbackTrigger, Rollout, RolloutScope};

@@ -1155,3 +1155,75 @@ mod properties {
         }
     }
 }
+
+/// `GET /v1/schedules/{name}/next`: what the schedule's next boundary will do on the live
+/// state, worked out by the same scheduling cycle the leader runs at the boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleNext {
+    /// The schedule.
+    pub schedule: String,
+    /// Its IANA time zone.
+    pub time_zone: String,
+    /// The window in force now (`None`: the default quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The window the boundary opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The boundary; `None` when no change comes within a week.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
+    /// The boundary in the schedule's wall-clock time, e.g. `Tue 08:00 CET`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_local: Option<String>,
+    /// Seconds from the read to the boundary on the federation's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_left: Option<i64>,
+    /// The checkpoint notice reclaimed work gets.
+    pub grace_seconds: u64,
+    /// Per target and flavor, the quota before and after the boundary.
+    pub quotas: Vec<QuotaChange>,
+    /// The running workloads that would get a checkpoint notice and be reclaimed.
+    pub reclaims: Vec<ReclaimPreview>,
+    /// GPU-hours of work since their last checkpoint (or start) the reclaims would lose if
+    /// none checkpoints within its notice.
+    pub lost_gpu_hours: f64,
+}
+
+/// One quota a boundary changes (or keeps).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaChange {
+    /// `pool/inference`, `pool/training` or `queue/NAME`.
+    pub target: String,
+    /// The GPU model.
+    pub flavor: String,
+    /// GPUs before the boundary; `None` when the current window does not set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
+    /// GPUs after it; `None` when the next window does not set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+}
+
+/// A running workload the boundary would reclaim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimPreview {
+    /// The workload's name.
+    pub workload: String,
+    /// Its queue.
+    pub queue: String,
+    /// Where it runs.
+    pub cluster: String,
+    /// GPUs it holds.
+    pub gpus: u64,
+    /// The pending workload it makes room for.
+    pub for_workload: String,
+    /// GPU-hours since its last checkpoint (or start) at the boundary.
+    pub lost_gpu_hours: f64,
+}

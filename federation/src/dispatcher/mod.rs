@@ -22,6 +22,7 @@ pub mod rollout;
 #[cfg(test)]
 mod scale_tests;
 pub mod tidal;
+pub mod tidal_preview;
 pub mod webhooks;
 pub mod window;
 #[cfg(test)]

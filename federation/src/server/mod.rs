@@ -268,6 +268,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/queues", get(workloads::list_queues))
         .route("/v1/schedules", get(schedules::list))
         .route("/v1/schedules/{name}/timeline", get(schedules::timeline))
+        .route("/v1/schedules/{name}/next", get(schedules::next))
         .route("/v1/priorityclasses", get(workloads::list_priority_classes))
         .route("/v1/members", get(members::list))
         .route("/v1/members/register", post(members::register))

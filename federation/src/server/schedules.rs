@@ -59,3 +59,28 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<ScheduleTimelin
             .collect()
     })?))
 }
+
+/// `GET /v1/schedules/{name}/next`: what the next boundary will do on the live state (the
+/// leader's cycle run on a copy, at the boundary's instant). Nothing is written.
+pub async fn next(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<tideway_api::ScheduleNext>, ApiError> {
+    st.read_barrier(false).await?;
+    let now = st.clock.now();
+    let live = st.liveness.clone();
+    let state = st.read(|d| d.copy())?;
+    let missing = format!("no quota schedule named {name:?} is applied");
+    tokio::task::spawn_blocking(move || {
+        crate::dispatcher::tidal_preview::next_boundary(
+            &state,
+            &name,
+            |n| live.latest_digest(n),
+            now,
+        )
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("schedule preview: {e}")))?
+    .map(Json)
+    .ok_or(ApiError::NotFound(missing))
+}
