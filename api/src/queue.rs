@@ -493,6 +493,7 @@ mod tests {
             active_workloads: 1,
             used_gpus: [("H100".to_owned(), 8)].into(),
             borrowed_gpus: BTreeMap::new(),
+            flavors: Vec::new(),
         });
         let json = serde_json::to_vec(&q).unwrap();
         assert_eq!(decode_json::<Queue>(&json).unwrap(), q);
