@@ -249,6 +249,19 @@ impl Client {
         yaml: bool,
         idempotency_key: Option<&str>,
     ) -> Result<(Workload, bool), ClientError> {
+        self.submit_with_warnings(body, yaml, idempotency_key)
+            .await
+            .map(|(s, created)| (s.workload, created))
+    }
+
+    /// As [`Client::submit_raw`], with the server's warnings about the workload (a flavor no
+    /// member offers, ...), for a CLI to print as kubectl prints API warnings.
+    pub async fn submit_with_warnings(
+        &self,
+        body: Vec<u8>,
+        yaml: bool,
+        idempotency_key: Option<&str>,
+    ) -> Result<(crate::Submitted, bool), ClientError> {
         let ct = if yaml {
             "application/yaml"
         } else {
@@ -263,9 +276,26 @@ impl Client {
             req = req.header("Idempotency-Key", k);
         }
         let resp = req.send().await.map_err(|e| self.transport(e))?;
-        let created = resp.status() == StatusCode::CREATED;
-        let w = self.decode(resp).await?;
-        Ok((w, created))
+        self.server_time.observe(resp.headers());
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        if !status.is_success() {
+            return Err(self.refused(status, &bytes));
+        }
+        // Nearly every answer is the workload alone: decode it strictly first, and only an
+        // answer that carries warnings through the (buffering) flattened form.
+        let submitted = match serde_json::from_slice::<Workload>(&bytes) {
+            Ok(workload) => crate::Submitted {
+                workload,
+                warnings: Vec::new(),
+            },
+            Err(_) => serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+                addr: self.addr.clone(),
+                status: status.as_u16(),
+                body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
+            })?,
+        };
+        Ok((submitted, status == StatusCode::CREATED))
     }
 
     /// Submits a typed workload as JSON; see [`Client::submit_raw`].
@@ -510,6 +540,12 @@ impl Client {
                 status: status.as_u16(),
                 body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
             })
+    }
+
+    /// Applies a YAML stream of several documents (see `POST /v1/apply`): what was done to
+    /// each, in order.
+    pub async fn apply_many(&self, body: Vec<u8>) -> Result<crate::list::AppliedList, ClientError> {
+        self.post_raw("/v1/apply", body, true).await
     }
 
     /// `hours` hours of a quota schedule's timeline from now.

@@ -233,6 +233,11 @@ pub fn decode_yaml<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
     if is_blank(bytes) {
         return Err(DecodeError::Empty { format });
     }
+    // Checked first: the parser would report the first document's field errors before it
+    // noticed the second document.
+    if split_documents(bytes).len() > 1 {
+        return Err(several_documents(format));
+    }
     let mut track = Track::new();
     let options = serde_saphyr::options! { with_snippet: false };
     let result = serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |de| {
@@ -245,7 +250,10 @@ pub fn decode_yaml<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
         let reason = e
             .to_string()
             .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
-        if let serde_saphyr::Error::Unexpected {
+        if let serde_saphyr::Error::MultipleDocuments { .. } = e.without_snippet() {
+            // The library's hint names its own functions; say what the person can do.
+            several_documents(format)
+        } else if let serde_saphyr::Error::Unexpected {
             expected: "mapping start",
             ..
         } = e.without_snippet()
@@ -274,6 +282,54 @@ pub fn decode_yaml<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
             }
         }
     })
+}
+
+/// The documents of a YAML stream, split at its `---` lines (a `...` line ends one too),
+/// leaving out those with nothing but blank lines, comments and directives. A JSON body is one
+/// document. Splitting on lines rather than parsing the stream keeps each document's errors
+/// its own (field paths from its start); a `---` at the start of a line always ends a
+/// document in YAML, even inside a block scalar.
+pub fn split_documents(bytes: &[u8]) -> Vec<&[u8]> {
+    if Format::sniff(bytes) == Format::Json {
+        return vec![bytes];
+    }
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        let end = bytes[at..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(bytes.len(), |i| at + i + 1);
+        let line = &bytes[at..end];
+        let marker = [&b"---"[..], &b"..."[..]]
+            .into_iter()
+            .find(|m| line.starts_with(m) && line.get(3).is_none_or(|b| b.is_ascii_whitespace()));
+        if let Some(m) = marker {
+            docs.push(&bytes[start..at]);
+            // Content after `--- ` on the same line belongs to the next document.
+            start = if *m == b"---"[..] { at + 3 } else { end };
+        }
+        at = end;
+    }
+    docs.push(&bytes[start..]);
+    docs.retain(|d| {
+        d.split(|b| *b == b'\n').any(|l| {
+            let l = l.trim_ascii();
+            !l.is_empty() && !l.starts_with(b"#") && !l.starts_with(b"%")
+        })
+    });
+    docs
+}
+
+fn several_documents(format: Format) -> DecodeError {
+    DecodeError::Syntax {
+        format,
+        field: String::new(),
+        reason: "several documents (separated by `---`) where one is expected; \
+                 `tideway apply -f` (POST /v1/apply) takes several"
+            .to_owned(),
+    }
 }
 
 /// Errors raised by serde (the document parsed, but does not fit the type).
@@ -457,6 +513,30 @@ mod tests {
     fn bench_with(from: &str, to: &str) -> String {
         assert!(BENCH_JSON.contains(from), "{from}");
         BENCH_JSON.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn a_stream_splits_into_its_documents() {
+        let y = b"# queues\n---\nkind: Queue\n---\n# nothing\n---\nkind: PriorityClass\nx: |\n  ---a\n...\n";
+        let docs: Vec<&str> = split_documents(y)
+            .into_iter()
+            .map(|d| std::str::from_utf8(d).expect("utf-8"))
+            .collect();
+        assert_eq!(
+            docs,
+            vec!["\nkind: Queue\n", "\nkind: PriorityClass\nx: |\n  ---a\n"]
+        );
+        assert_eq!(split_documents(b"kind: Queue\n").len(), 1);
+        assert_eq!(split_documents(b"{\"kind\": \"Queue\"}\n---\n").len(), 1);
+        assert!(split_documents(b"---\n# only a comment\n").is_empty());
+    }
+
+    #[test]
+    fn several_documents_where_one_belongs_name_no_library() {
+        let e = decode_yaml::<serde_json::Value>(b"a: 1\n---\nb: 2\n").expect_err("two");
+        let text = e.to_string();
+        assert!(text.contains("apply -f"), "{text}");
+        assert!(!text.contains("from_str"), "{text}");
     }
 
     #[test]

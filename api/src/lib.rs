@@ -50,7 +50,7 @@ pub mod workload;
 
 pub use decode::{
     AnyResource, DecodeError, Format, decode_any, decode_json, decode_resource, decode_yaml,
-    peek_type_meta,
+    peek_type_meta, split_documents,
 };
 pub use member_cluster::{
     MemberCluster, MemberClusterSpec, MemberClusterStatus, MemberPhase, Pool, PoolKind,
@@ -80,7 +80,7 @@ pub use role_binding::{Role, RoleBinding, RoleBindingSpec};
 pub use rollout::{RollbackTrigger, Rollout, RolloutScope};
 pub use validation::{FieldError, Validate, ValidationErrors};
 pub use workload::{
-    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, TopologyLevel,
+    Checkpoint, Gang, NodeGpus, PendingReason, Placement, PodSet, Submitted, TopologyLevel,
     TopologyRequirement, UnknownVariant, Workload, WorkloadClass, WorkloadPhase, WorkloadSpec,
     WorkloadStatus,
 };

@@ -59,6 +59,48 @@ pub type MemberClusterList = ResourceList<MemberCluster>;
 /// `GET /v1/rolebindings`.
 pub type RoleBindingList = ResourceList<RoleBinding>;
 
+/// What a `POST /v1/apply` of several documents did, one item per document in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedList {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `AppliedList`.
+    pub kind: String,
+    /// Each document's object and what the apply did to it.
+    pub items: Vec<Applied>,
+    /// The policy version the documents' queues, priority classes and quota schedules made
+    /// together; absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+}
+
+/// One document of a multi-document apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    /// The document's `kind`.
+    pub kind: String,
+    /// The object's name.
+    pub name: String,
+    /// `created`, `configured` or `unchanged`.
+    pub outcome: String,
+}
+
+impl AppliedList {
+    /// The answer for `items`.
+    pub fn new(items: Vec<Applied>, policy_version: Option<u64>) -> Self {
+        Self {
+            api_version: API_VERSION.to_string(),
+            kind: "AppliedList".to_string(),
+            items,
+            policy_version,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

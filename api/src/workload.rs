@@ -1001,6 +1001,22 @@ impl CheckAt for PodSet {
 
 impl_validate!(Workload);
 
+/// The answer to a submission: the stored workload, with what the caller should know about
+/// it next to it (as the Kubernetes API answers with warnings). `warnings` is left out when
+/// empty, so a submission with nothing to warn about is answered with the workload alone, as
+/// before the field existed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Submitted {
+    /// The workload as stored.
+    #[serde(flatten)]
+    pub workload: Workload,
+    /// Sentences about a workload that was accepted but cannot run as things stand (e.g. a
+    /// flavor no member cluster offers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
 /// Serde for [`WorkloadStatus::pending_reason`]: the wire form is the reason itself; decoding
 /// shares equal reasons ([`PendingReason::shared`]), so a snapshot or log entry of many
 /// workloads loads into one copy per distinct reason.

@@ -89,13 +89,26 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         None => (None, None, None),
     };
     let no_member_ready = st.read(|d| !d.state.any_member_ready())?;
+    // A flavor no member offers is the reason whatever the cycle said of quota or capacity:
+    // nothing the workload waits for would make it run.
+    let absent = match status.phase {
+        WorkloadPhase::Pending => st.read(|d| super::workloads::absent_flavors(&d.state, &w))?,
+        _ => None,
+    };
     let redispatch = st
         .redispatch_waits
         .read()
         .ok()
         .and_then(|w| w.get(&uid).cloned())
         .filter(|_| !status.phase.is_terminal());
-    let summary = if let Some(r) = &redispatch {
+    let summary = if let Some((absent, fleet)) = &absent {
+        format!(
+            "no member cluster offers {} GPUs; the fleet has {}. It cannot run until a member \
+             with that flavor joins: resubmit it with one of the fleet's flavors",
+            absent.join(", "),
+            fleet.join(", ")
+        )
+    } else if let Some(r) = &redispatch {
         r.to_string()
     } else {
         match (&status.phase, &status.pending_reason, &explanation) {

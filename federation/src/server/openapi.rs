@@ -25,13 +25,14 @@ use tideway_api::cluster::{
 use tideway_api::explain::ExplainResponse;
 // The lists are named by their generic type, not the aliases (`QueueList`), so that each
 // gets its own schema (`ResourceList_Queue`).
-use tideway_api::list::{ResourceList, WorkloadList};
+use tideway_api::list::{AppliedList, ResourceList, WorkloadList};
 use tideway_api::usage::UsageReport;
 use tideway_api::watch::WatchPage;
 use tideway_api::webhook::{Webhook, WebhookList};
 use tideway_api::{
     DiffRequest, DryRunReport, MemberCluster, Policy, PolicyDiff, PolicyHistory, PriorityClass,
-    Problem, Queue, QuotaSchedule, RoleBinding, RollbackRequest, ScheduleTimeline, Workload,
+    Problem, Queue, QuotaSchedule, RoleBinding, RollbackRequest, ScheduleTimeline, Submitted,
+    Workload,
 };
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{OneOfBuilder, Schema};
@@ -95,7 +96,7 @@ pub async fn serve() -> Response {
         operations::cluster_remove, operations::cluster_promote, operations::cluster_snapshot, operations::debug_partition,
         operations::metrics, operations::healthz, operations::openapi_json,
     ),
-    components(schemas(Problem, AnyResource, WatchPage)),
+    components(schemas(Problem, AnyResource, WatchPage, AppliedList)),
     tags(
         (name = "workloads", description = "Submit, read, watch, explain and cancel workloads"),
         (name = "resources", description = "Queues, priority classes, schedules, role bindings, webhooks"),
@@ -226,12 +227,13 @@ mod operations {
     /// replay of the same `Idempotency-Key` (24 hours); 409 for another key with a name that
     /// exists in the queue's tenant. Names are scoped per tenant (the queue's `spec.tenant`) and
     /// keys per authenticated subject: another tenant's names and another subject's keys are
-    /// not in the way.
+    /// not in the way. A workload accepted that cannot run as the fleet is (a flavor no member
+    /// offers) is answered with `warnings` next to the workload's fields.
     #[utoipa::path(post, path = "/v1/workloads", tag = "workloads",
         params(("Idempotency-Key" = Option<String>, Header, description = "1-256 printable ASCII characters, scoped to the authenticated subject; generated when absent")),
         request_body(content((Workload = "application/json"), (Workload = "application/yaml"))),
         responses(
-            (status = 201, description = "Accepted and committed", body = Workload),
+            (status = 201, description = "Accepted and committed: the workload, with `warnings` when it cannot run as the fleet is", body = Submitted),
             (status = 200, description = "An idempotent replay: the original workload", body = Workload),
         ))]
     fn submit_workload() {}
@@ -277,7 +279,10 @@ mod operations {
     /// Create or replace a resource
     ///
     /// Queue, PriorityClass, QuotaSchedule, Policy, Webhook or RoleBinding, in JSON or YAML. The
-    /// `tideway-apply-outcome` header says `created`, `configured` or `unchanged`.
+    /// `tideway-apply-outcome` header says `created`, `configured` or `unchanged`. A YAML stream
+    /// of several documents (`---`) is applied in order, its queues, priority classes and quota
+    /// schedules as one policy version, and answered with an `AppliedList` (an outcome per
+    /// document); a refusal names the document (`documents[1].spec.tenant`, from 0).
     #[utoipa::path(post, path = "/v1/apply", tag = "resources",
         request_body(content((AnyResource = "application/json"), (AnyResource = "application/yaml"))),
         responses((status = 200, description = "The stored resource", body = AnyResource,

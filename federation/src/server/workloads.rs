@@ -71,7 +71,73 @@ pub fn decode_workload(headers: &HeaderMap, body: &[u8]) -> Result<Workload, Api
     if tideway_api::Format::from_content_type(ct).is_none() {
         return Err(ApiError::UnsupportedMediaType(ct.to_string()));
     }
+    // Another kind of document says which verb takes it, rather than failing on its fields.
+    if let Ok(meta) = tideway_api::peek_type_meta(body, Some(ct))
+        && meta.kind != <Workload as tideway_api::Resource>::KIND
+        && tideway_api::AnyResource::KINDS.contains(&meta.kind.as_str())
+    {
+        return Err(ApiError::field(
+            "kind",
+            format!(
+                "submit takes a Workload; create or replace a {} with `tideway apply -f` \
+                 (POST /v1/apply)",
+                meta.kind
+            ),
+        ));
+    }
     tideway_api::decode_any(body, Some(ct)).map_err(ApiError::from)
+}
+
+/// The GPU flavors the fleet offers: those of the pools in the members' latest capacity
+/// digests. Empty while no member has reported one, when nothing can be said of a flavor.
+pub(crate) fn fleet_flavors(
+    state: &crate::state::FederationState,
+) -> std::collections::BTreeSet<String> {
+    state
+        .members
+        .values()
+        .filter_map(|m| m.digest.as_ref())
+        .flat_map(|d| d.pools.iter().map(|p| p.flavor.clone()))
+        .collect()
+}
+
+/// The flavors `w` asks for that no member offers, with the flavors the fleet has; `None`
+/// when every flavor is offered, or no member has reported its capacity yet.
+pub(crate) fn absent_flavors(
+    state: &crate::state::FederationState,
+    w: &Workload,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let fleet = fleet_flavors(state);
+    if fleet.is_empty() {
+        return None;
+    }
+    let mut absent: Vec<String> = w
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| p.flavor.to_string())
+        .filter(|f| !fleet.contains(f))
+        .collect();
+    absent.sort();
+    absent.dedup();
+    (!absent.is_empty()).then(|| (absent, fleet.into_iter().collect()))
+}
+
+/// Why an accepted workload cannot run as the fleet is: it is kept (a member offering its
+/// flavor may join), but the submitter is told rather than left waiting.
+pub(crate) fn submission_warnings(
+    state: &crate::state::FederationState,
+    w: &Workload,
+) -> Vec<String> {
+    match absent_flavors(state, w) {
+        Some((absent, fleet)) => vec![format!(
+            "no member cluster offers {} GPUs (the fleet has {}): the workload stays pending \
+             until a member with that flavor joins; resubmit with a flavor the fleet has",
+            absent.join(", "),
+            fleet.join(", ")
+        )],
+        None => Vec::new(),
+    }
 }
 
 /// Refuses a `spec.template` larger than `max` bytes of JSON, naming the field.
@@ -209,7 +275,12 @@ async fn submit_checked(
                 gpus = w.spec.total_gpus(),
                 "workload submitted"
             );
-            workload_response(StatusCode::CREATED, &w)
+            let warnings = st.read(|d| submission_warnings(&d.state, &w))?;
+            if warnings.is_empty() {
+                workload_response(StatusCode::CREATED, &w)
+            } else {
+                submitted_response(&w, warnings)
+            }
         }
         Ok(CommandResult::Existing {
             object: StoredObject::Workload(w),
@@ -304,6 +375,22 @@ fn workload_response(status: StatusCode, w: &Workload) -> Response {
         resp.headers_mut().insert(header::LOCATION, v);
     }
     resp
+}
+
+/// A 201 with warnings next to the workload: the rare answer, so not on the fast path of
+/// [`workload_response`].
+fn submitted_response(w: &Workload, warnings: Vec<String>) -> Response {
+    let body = tideway_api::Submitted {
+        workload: presented(w).into_owned(),
+        warnings,
+    };
+    let location = format!("/v1/workloads/{}", body.workload.metadata.name);
+    (
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(body),
+    )
+        .into_response()
 }
 
 #[derive(Debug, Deserialize, Default, utoipa::IntoParams)]

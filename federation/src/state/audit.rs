@@ -132,6 +132,32 @@ impl Hint {
                 },
                 ANONYMOUS.into(),
             ),
+            Command::PutPolicyObjects {
+                queues,
+                priority_classes,
+                quota_schedules,
+                ..
+            } => (
+                Hint::Policy {
+                    kind: "objects",
+                    name: queues
+                        .iter()
+                        .map(|q| format!("queue/{}", q.metadata.name))
+                        .chain(
+                            priority_classes
+                                .iter()
+                                .map(|p| format!("priorityclass/{}", p.metadata.name)),
+                        )
+                        .chain(
+                            quota_schedules
+                                .iter()
+                                .map(|s| format!("quotaschedule/{}", s.metadata.name)),
+                        )
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+                ANONYMOUS.into(),
+            ),
             Command::WidenPolicy { .. } => (
                 Hint::Policy {
                     kind: "rollout",
@@ -418,6 +444,9 @@ impl FederationState {
                         describe_scope(&r.scope),
                         r.base
                     ),
+                    ("objects", _) => {
+                        format!("{name} created or replaced together: policy version {v}")
+                    }
                     _ => format!("{kind} '{name}' created or replaced: policy version {v}"),
                 };
                 recs.push(Rec {

@@ -228,6 +228,14 @@ pub enum Command {
         schedule: Box<QuotaSchedule>,
         at: DateTime<Utc>,
     },
+    /// Create or replace several queues, priority classes and quota schedules as one policy
+    /// version: the policy objects of a multi-document apply.
+    PutPolicyObjects {
+        queues: Vec<Queue>,
+        priority_classes: Vec<PriorityClass>,
+        quota_schedules: Vec<QuotaSchedule>,
+        at: DateTime<Utc>,
+    },
     /// Apply a whole policy bundle (queues, priority classes, quota schedules, settings).
     PutPolicy {
         policy: Box<Policy>,

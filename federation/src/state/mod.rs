@@ -289,7 +289,23 @@ impl FederationState {
 
     fn apply_command(&mut self, index: u64, cmd: Command) -> CommandResult {
         match cmd {
-            Command::As { command, .. } => self.apply_command(index, *command),
+            Command::As { actor, command } => {
+                let before = self.policy.current();
+                let result = self.apply_command(index, *command);
+                // A version a lone object made (a Queue applied alone) names no applier of
+                // its own: it is whoever sent the object, as the audit record says.
+                if self.policy.current() != before
+                    && let Some(st) = self
+                        .policy
+                        .versions
+                        .back_mut()
+                        .and_then(|p| p.status.as_mut())
+                    && st.applied_by.is_none()
+                {
+                    st.applied_by = Some(actor);
+                }
+                result
+            }
             Command::SubmitWorkload {
                 workload,
                 idempotency_key,
@@ -411,6 +427,29 @@ impl FederationState {
             Command::PutPolicy { policy, at } => {
                 self.tick(at);
                 self.put_policy(*policy, at, index)
+            }
+            Command::PutPolicyObjects {
+                queues,
+                priority_classes,
+                quota_schedules,
+                at,
+            } => {
+                self.tick(at);
+                let objects = queues
+                    .into_iter()
+                    .map(|q| policy::PolicyObject::Queue(Box::new(q)))
+                    .chain(
+                        priority_classes
+                            .into_iter()
+                            .map(|p| policy::PolicyObject::PriorityClass(Box::new(p))),
+                    )
+                    .chain(
+                        quota_schedules
+                            .into_iter()
+                            .map(|s| policy::PolicyObject::QuotaSchedule(Box::new(s))),
+                    )
+                    .collect();
+                self.put_policy_objects(objects, at, index)
             }
             Command::TidalTransition {
                 schedule,

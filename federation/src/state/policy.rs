@@ -274,6 +274,46 @@ impl FederationState {
         }
     }
 
+    /// Several objects applied together (the policy objects of a multi-document apply), in
+    /// order, as one version: a file of queues makes one version, not one per queue. The
+    /// answer is the version (`Existing` when nothing changed).
+    pub(super) fn put_policy_objects(
+        &mut self,
+        objects: Vec<PolicyObject>,
+        at: DateTime<Utc>,
+        index: u64,
+    ) -> CommandResult {
+        let mut policy = match self.lone_change_base() {
+            Ok(policy) => policy,
+            Err(refused) => return refused,
+        };
+        let names: Vec<String> = objects
+            .iter()
+            .map(|o| format!("{} '{}'", o.kind(), o.name()))
+            .collect();
+        for object in objects {
+            match object {
+                PolicyObject::Queue(q) => {
+                    replace(&mut policy.spec.queues, *q, |x| &x.metadata.name)
+                }
+                PolicyObject::PriorityClass(pc) => {
+                    replace(&mut policy.spec.priority_classes, *pc, |x| &x.metadata.name)
+                }
+                PolicyObject::QuotaSchedule(s) => {
+                    replace(&mut policy.spec.quota_schedules, *s, |x| &x.metadata.name)
+                }
+            }
+        }
+        let origin = Origin {
+            at,
+            index,
+            applied_by: None,
+            message: Some(format!("{} applied", names.join(", "))),
+            rolled_back_to: None,
+        };
+        self.new_version(policy, None, origin)
+    }
+
     /// Restores version `to` (the rollout's base, or the version before the current, when
     /// absent) as the next version. With `only_candidate`, it applies only while that
     /// candidate is still being rolled out: a trigger that fired twice, or fired on a

@@ -85,6 +85,7 @@ impl Touch {
             }
             Command::PutQueue { .. }
             | Command::PutPolicy { .. }
+            | Command::PutPolicyObjects { .. }
             | Command::PutQuotaSchedule { .. }
             | Command::TidalTransition { .. } => t.quotas = true,
             _ => {}
