@@ -115,10 +115,10 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Show one workload by name or UID.
+    /// Show one workload by name or UID: a table row (`-o yaml|json` for the whole object).
     Get {
         id: String,
-        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        #[arg(short = 'o', long, value_enum, default_value_t)]
         output: OutputFormat,
         /// Read this node's possibly stale copy instead of a linearizable read.
         #[arg(long)]
@@ -194,8 +194,9 @@ pub enum Cmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Create or replace a Queue, PriorityClass, QuotaSchedule, Policy or RoleBinding from a
-    /// YAML or JSON file.
+    /// Create or replace a Queue, PriorityClass, QuotaSchedule, Policy, Webhook or
+    /// RoleBinding from a YAML or JSON file. Several YAML documents (`---`) are applied in
+    /// order, their queues, priority classes and quota schedules as one policy version.
     Apply {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
@@ -233,9 +234,9 @@ pub enum Cmd {
     },
     /// GPU-hours per queue, tenant, flavor and day: guaranteed, borrowed and idle.
     Usage {
-        /// Start: RFC 3339, or a date (midnight in --tz).
+        /// Start: RFC 3339, or a date (midnight in --tz); the last 24 hours if left out.
         #[arg(long)]
-        from: String,
+        from: Option<String>,
         /// End: as --from; now if left out.
         #[arg(long)]
         to: Option<String>,
@@ -298,6 +299,11 @@ pub enum Cmd {
     },
     /// Print the API's OpenAPI 3.1 document (what a node serves at /openapi.json).
     Openapi,
+    /// Bearer tokens for `server --auth-tokens`: make one and its file entry.
+    Token {
+        #[command(subcommand)]
+        cmd: crate::token_cmd::TokenCmd,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -317,6 +323,16 @@ pub enum MemberCmd {
     /// Take no new work, and checkpoint and move the work it runs to other members.
     Drain {
         name: String,
+        /// List the workloads a drain would move, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Return once no workload is assigned to or running on the member (or after
+        /// --timeout seconds, with an error), listing the workloads as they leave.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: how long to wait, in seconds.
+        #[arg(long, default_value_t = 600, requires = "wait")]
+        timeout: u64,
         #[command(flatten)]
         target: Target,
     },
@@ -468,6 +484,9 @@ pub enum ClusterCmd {
     },
     /// Build a snapshot on the node at --addr now and purge the log it covers.
     Snapshot {
+        /// `json`/`yaml`: the node's answer as it is.
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: OutputFormat,
         #[command(flatten)]
         target: Target,
     },
@@ -519,6 +538,12 @@ pub struct ServerArgs {
     /// idle keep-alives); more are closed at accept. 0 for no cap.
     #[arg(long, default_value_t = tideway_federation::listen::DEFAULT_MAX_IDLE_CONNECTIONS_PER_IP)]
     pub max_idle_connections_per_ip: usize,
+    /// Raft timing for where the nodes are: `lan` (the default: a dead leader replaced in
+    /// under a second) or `wan` (nodes up to 150 ms apart: heartbeat 300 ms, election timeout
+    /// 900-1800 ms). A node warns when the round trips it measures need `wan`.
+    #[arg(long, value_enum, default_value = "lan",
+          conflicts_with_all = ["heartbeat_ms", "election_timeout_min_ms", "election_timeout_max_ms"])]
+    pub network: NetworkPreset,
     /// Raft heartbeat period (ms).
     #[arg(long, default_value_t = tideway_federation::node::DEFAULT_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
@@ -528,12 +553,6 @@ pub struct ServerArgs {
     pub election_timeout_min_ms: u64,
     /// See `--election-timeout-min-ms`.
     #[arg(long, default_value_t = tideway_federation::node::DEFAULT_ELECTION_TIMEOUT_MS.1)]
-    /// Raft timing for where the nodes are: `lan` (the default: a dead leader replaced in
-    /// under a second) or `wan` (nodes up to 150 ms apart: heartbeat 300 ms, election timeout
-    /// 900-1800 ms). A node warns when the round trips it measures need `wan`.
-    #[arg(long, value_enum, default_value = "lan",
-          conflicts_with_all = ["heartbeat_ms", "election_timeout_min_ms", "election_timeout_max_ms"])]
-    pub network: NetworkPreset,
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after at least this many log entries (and once the log since the
     /// last snapshot is half as large as that snapshot, so a large state is not re-encoded
@@ -638,6 +657,15 @@ pub struct ServerArgs {
     pub auto_promote: bool,
 }
 
+/// `tideway server --network`: Raft timing presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkPreset {
+    /// One data centre: the timing flags' defaults.
+    Lan,
+    /// Nodes in different regions, up to 150 ms apart.
+    Wan,
+}
+
 /// `--audit-retain`: how much of the audit trail to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuditRetain {
@@ -647,15 +675,6 @@ pub enum AuditRetain {
 
 fn parse_audit_retain(s: &str) -> Result<AuditRetain, String> {
     let bad = || format!("'{s}': a count (100000) or an age (30d, 12h, 90m, 3600s)");
-    /// `tideway server --network`: Raft timing presets.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-    pub enum NetworkPreset {
-        /// One data centre: the timing flags' defaults.
-        Lan,
-        /// Nodes in different regions, up to 150 ms apart.
-        Wan,
-    }
-
     if let Ok(n) = s.parse::<usize>() {
         return (n > 0).then_some(AuditRetain::Count(n)).ok_or_else(bad);
     }
@@ -787,9 +806,15 @@ impl Cli {
             } => {
                 let (body, yaml) = read_manifest(&file)?;
                 let client = target.client()?;
-                let (w, created) = client
-                    .submit_raw(body, yaml, idempotency_key.as_deref())
+                let (submitted, created) = client
+                    .submit_with_warnings(body, yaml, idempotency_key.as_deref())
                     .await?;
+                let w = submitted.workload;
+                // On standard error, as kubectl prints the API's warnings: `-o json` stays
+                // one document.
+                for warning in &submitted.warnings {
+                    eprintln!("Warning: {warning}");
+                }
                 match output {
                     OutputFormat::Table => {
                         let verb = if created {
@@ -924,7 +949,7 @@ impl Cli {
                         _ => break,
                     }
                 }
-                output::print_workloads(&items, output)
+                output::print_workload_list(items, output)
             }
             Cmd::Explain { id, output, target } => {
                 let client = target.client()?;
@@ -939,6 +964,13 @@ impl Cli {
             }
             Cmd::Apply { file, target } => {
                 let (body, yaml) = read_manifest(&file)?;
+                if yaml && tideway_api::split_documents(&body).len() > 1 {
+                    let list = target.client()?.apply_many(body).await?;
+                    for a in &list.items {
+                        println!("{}/{} {}", a.kind.to_lowercase(), a.name, a.outcome);
+                    }
+                    return Ok(());
+                }
                 let (applied, outcome) = target.client()?.apply_with_outcome(body, yaml).await?;
                 println!(
                     "{}/{} {}",
@@ -978,6 +1010,18 @@ impl Cli {
                 stale,
                 target,
             } => {
+                // The last 24 hours by the node's clock when no start is given; the node
+                // answers the report and stamps its time, so ask it (a dev fleet's clock runs
+                // ahead of this machine's).
+                let client = target.client()?;
+                let from = match from {
+                    Some(f) => f,
+                    None => {
+                        let _ = client.cluster_status_brief().await;
+                        (output::now() - chrono::Duration::hours(24))
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    }
+                };
                 let mut params: Vec<(&str, String)> =
                     vec![("from", from), ("stale", stale.to_string())];
                 for (k, v) in [("to", to), ("tz", tz), ("groupBy", group_by)] {
@@ -985,7 +1029,7 @@ impl Cli {
                         params.push((k, v));
                     }
                 }
-                let report = target.client()?.usage(&params).await?;
+                let report = client.usage(&params).await?;
                 crate::usage_out::print_usage(&report, output)
             }
             Cmd::Webhooks {
@@ -1040,6 +1084,7 @@ impl Cli {
                 print!("{}", tideway_federation::server::openapi::json());
                 Ok(())
             }
+            Cmd::Token { cmd } => crate::token_cmd::run(cmd),
         }
     }
 }
@@ -1166,7 +1211,63 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
         }
         MemberCmd::Cordon { name, target } => (name, target, Some(MemberAction::Cordon)),
         MemberCmd::Uncordon { name, target } => (name, target, Some(MemberAction::Uncordon)),
-        MemberCmd::Drain { name, target } => (name, target, Some(MemberAction::Drain)),
+        MemberCmd::Drain {
+            name,
+            dry_run,
+            wait,
+            timeout,
+            target,
+        } => {
+            let client = target.client()?;
+            let on = |name: &str| {
+                let client = client.clone();
+                let name = name.to_owned();
+                async move { workloads_on(&client, &name).await }
+            };
+            if dry_run {
+                let moving = on(&name).await?;
+                println!(
+                    "member/{name} would be drained (dry run): {} workload(s) checkpointed and \
+                     moved to other members",
+                    moving.len()
+                );
+                if !moving.is_empty() {
+                    output::print_workloads(&moving, OutputFormat::Table)?;
+                }
+                return Ok(());
+            }
+            let m = client.member_lifecycle(&name, MemberAction::Drain).await?;
+            let phase = m.status.map(|s| s.phase).unwrap_or_default();
+            println!("member/{} drained (phase {phase:?})", m.metadata.name);
+            if wait {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+                let mut left: Vec<String> = Vec::new();
+                loop {
+                    let now: Vec<String> = on(&name)
+                        .await?
+                        .into_iter()
+                        .map(|w| w.metadata.name)
+                        .collect();
+                    for gone in left.iter().filter(|w| !now.contains(w)) {
+                        println!("workload/{gone} moved off member/{name}");
+                    }
+                    if now.is_empty() {
+                        println!("member/{name} runs no workload");
+                        return Ok(());
+                    }
+                    if std::time::Instant::now() > deadline {
+                        anyhow::bail!(
+                            "member/{name} still runs {} workload(s) after {timeout} s: {}",
+                            now.len(),
+                            now.join(", ")
+                        );
+                    }
+                    left = now;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+            return Ok(());
+        }
         MemberCmd::Remove { name, target } => (name, target, None),
     };
     let client = target.client()?;
@@ -1186,6 +1287,28 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The workloads assigned to or running on member `name`: what a drain moves.
+async fn workloads_on(client: &Client, name: &str) -> anyhow::Result<Vec<tideway_api::Workload>> {
+    let mut q = ListQuery {
+        limit: Some(500),
+        ..Default::default()
+    };
+    let mut on = Vec::new();
+    loop {
+        let page = client.list(&q).await?;
+        on.extend(page.items.into_iter().filter(|w| {
+            w.status.as_ref().is_some_and(|s| {
+                s.cluster.as_deref() == Some(name)
+                    && matches!(s.phase, WorkloadPhase::Assigned | WorkloadPhase::Running)
+            })
+        }));
+        match page.continue_ {
+            Some(c) => q.after = Some(c),
+            None => return Ok(on),
+        }
+    }
 }
 
 /// Streams watch events until interrupted. A lost connection or an unavailable node is
@@ -1331,6 +1454,10 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
     };
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_timeout_ms = (a.election_timeout_min_ms, a.election_timeout_max_ms);
+    if a.network == NetworkPreset::Wan {
+        cfg.heartbeat_ms = tideway_federation::node::WAN_HEARTBEAT_MS;
+        cfg.election_timeout_ms = tideway_federation::node::WAN_ELECTION_TIMEOUT_MS;
+    }
     cfg.snapshot_every = a.snapshot_every;
     let hb = std::time::Duration::from_millis(a.member_heartbeat_ms.max(100));
     cfg.dispatch.heartbeat_interval = hb;
@@ -1366,10 +1493,6 @@ async fn server(a: ServerArgs) -> anyhow::Result<()> {
 fn peer_plane_settings(cfg: &mut NodeConfig, a: &ServerArgs) -> anyhow::Result<()> {
     cfg.peer_listen = a.peer_listen.clone();
     cfg.peer_advertise = a.peer_advertise.clone();
-    if a.network == NetworkPreset::Wan {
-        cfg.heartbeat_ms = tideway_federation::node::WAN_HEARTBEAT_MS;
-        cfg.election_timeout_ms = tideway_federation::node::WAN_ELECTION_TIMEOUT_MS;
-    }
     cfg.auto_promote = !a.learner;
     if let Some(path) = &a.cluster_secret_file {
         cfg.cluster_secret = Some(tideway_federation::server::peer_auth::read_secret(path)?);
@@ -1624,9 +1747,22 @@ async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
             println!("node {id} removed");
             Ok(())
         }
-        ClusterCmd::Snapshot { target } => {
+        ClusterCmd::Snapshot { output, target } => {
+            let addr = target.resolve()?.0;
             let ack = target.client()?.cluster_snapshot().await?;
-            println!("{}", serde_json::to_string(&ack)?);
+            match output {
+                OutputFormat::Json | OutputFormat::Yaml => output::print_one(&ack, output)?,
+                _ => {
+                    let purged = match ack.purged {
+                        Some(p) => format!("; the log up to index {p} is purged"),
+                        None => "; no log was purged".to_string(),
+                    };
+                    println!(
+                        "snapshot taken on {addr}: it covers the log up to index {}{purged}",
+                        ack.snapshot
+                    );
+                }
+            }
             Ok(())
         }
         ClusterCmd::Promote { id, target } => {

@@ -16,6 +16,7 @@ mod output;
 mod policy_replay;
 mod schedule_out;
 mod simulate_cmd;
+mod token_cmd;
 mod usage_out;
 
 use clap::Parser;

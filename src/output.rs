@@ -197,6 +197,23 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
     Ok(())
 }
 
+/// `tideway list`: as [`print_workloads`], but `-o json|yaml` print one list object
+/// (`kind: WorkloadList`, `items`), as `kubectl get -o yaml` does and `queues -o yaml` here.
+pub fn print_workload_list(items: Vec<Workload>, fmt: OutputFormat) -> anyhow::Result<()> {
+    match fmt {
+        OutputFormat::Json | OutputFormat::Yaml => {
+            let list = tideway_api::list::WorkloadList {
+                api_version: tideway_api::API_VERSION.to_string(),
+                kind: "WorkloadList".to_string(),
+                items,
+                continue_: None,
+            };
+            print_one(&list, fmt)
+        }
+        _ => print_workloads(&items, fmt),
+    }
+}
+
 fn or_dash(v: Option<u64>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
@@ -208,6 +225,15 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
         OutputFormat::Table | OutputFormat::Wide => {}
     }
     let wide = fmt == OutputFormat::Wide;
+    // Round trips are measured by the leader (its heartbeats), so each node's is the leader's
+    // figure for it.
+    let rtt = report
+        .nodes
+        .iter()
+        .find(|n| Some(n.id) == report.leader)
+        .and_then(|n| n.status.as_ref())
+        .map(|s| s.peer_rtt.clone())
+        .unwrap_or_default();
     println!(
         "leader: {}   term: {}",
         report
@@ -225,15 +251,6 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
             } else {
                 "learner"
             };
-    // Round trips are measured by the leader (its heartbeats), so each node's is the leader's
-    // figure for it.
-    let rtt = report
-        .nodes
-        .iter()
-        .find(|n| Some(n.id) == report.leader)
-        .and_then(|n| n.status.as_ref())
-        .map(|s| s.peer_rtt.clone())
-        .unwrap_or_default();
             let mut row = vec![n.id.to_string(), n.addr.clone(), role.to_string()];
             match &n.status {
                 Some(s) => {
@@ -243,6 +260,9 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
                         or_dash(s.last_applied),
                         or_dash(s.snapshot),
                         s.state_digest.clone().unwrap_or_else(|| "-".to_owned()),
+                        rtt.get(&n.id)
+                            .map(|r| format!("{:.1} ms", r.rtt_ms))
+                            .unwrap_or_else(|| "-".to_owned()),
                     ]);
                     if wide {
                         row.extend([
@@ -260,9 +280,6 @@ pub fn print_cluster(report: &ClusterReport, fmt: OutputFormat) -> anyhow::Resul
                 )),
             }
             row
-                        rtt.get(&n.id)
-                            .map(|r| format!("{:.1} ms", r.rtt_ms))
-                            .unwrap_or_else(|| "-".to_owned()),
         })
         .collect();
     let mut header = vec![
@@ -343,7 +360,8 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
                 format!("  pool/{}/{}", p.pool, p.flavor),
                 &p.capacity,
                 format!(
-                    "frag {:.0}%  largest gang of {}-GPU pods: node {} rack {} zone {}",
+                    "frag {:.0}%  free now for {}-GPU pods: {} on one node, {} in one rack, \
+                     {} in one zone",
                     p.fragmentation * 100.0,
                     g.pod_gpus,
                     g.node,
@@ -380,6 +398,11 @@ pub fn print_capacity(v: &CapacityView, fmt: OutputFormat) -> anyhow::Result<()>
     header.push("DETAIL");
     println!("{}", table(&header, rows, &right));
     println!("fragmentation: {}", v.fragmentation_definition);
+    println!(
+        "free now for N-GPU pods: how many pods of the pool's typical size fit at once on its \
+         best node, in its best rack and in its best zone: the largest gang that could start \
+         there now with that topology requirement"
+    );
     Ok(())
 }
 
@@ -766,7 +789,6 @@ pub(crate) fn until(s: &tideway_api::QuotaSetBy, at: chrono::DateTime<chrono::Ut
         _ => local,
     }
 }
-
 
 /// `tideway schedule show`: where the schedule stands, then one row per hour.
 pub fn print_schedule(v: &tideway_api::ScheduleTimeline, fmt: OutputFormat) -> anyhow::Result<()> {
