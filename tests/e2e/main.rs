@@ -11,6 +11,7 @@ mod t102_tenant_names;
 mod t103_body_shapes;
 mod t104_readme_recipe;
 mod t105_closed_pipe;
+mod t106_cli_habits2;
 mod t107_peer_log_rate;
 mod t10_submit_failover;
 mod t108_wan;

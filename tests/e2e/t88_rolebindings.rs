@@ -139,10 +139,7 @@ async fn bindings_from_apply_grant_scoped_roles_and_tenants_see_only_their_queue
         &["apply", "-f", binding.to_str().unwrap()],
         home,
     );
-    assert!(
-        ok && out.contains("rolebinding/ml-team configured"),
-        "{out}"
-    );
+    assert!(ok && out.contains("rolebinding/ml-team created"), "{out}");
     let (ok, out) = cli(&addr, ADMIN, &["rolebindings"], home);
     assert!(ok, "{out}");
     let row = out.lines().find(|l| l.starts_with("ml-team")).unwrap_or("");
