@@ -1240,7 +1240,9 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
             let phase = m.status.map(|s| s.phase).unwrap_or_default();
             println!("member/{} drained (phase {phase:?})", m.metadata.name);
             if wait {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+                let clock = tideway_api::clock::RealClock;
+                let deadline = tideway_api::clock::Clock::instant(&clock)
+                    + std::time::Duration::from_secs(timeout);
                 let mut left: Vec<String> = Vec::new();
                 loop {
                     let now: Vec<String> = on(&name)
@@ -1255,7 +1257,7 @@ async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
                         println!("member/{name} runs no workload");
                         return Ok(());
                     }
-                    if std::time::Instant::now() > deadline {
+                    if tideway_api::clock::Clock::instant(&clock) > deadline {
                         anyhow::bail!(
                             "member/{name} still runs {} workload(s) after {timeout} s: {}",
                             now.len(),
@@ -1668,7 +1670,9 @@ fn dev_demo_start(demo: bool) -> Option<chrono::DateTime<chrono::Utc>> {
     }
     let schedule: tideway_api::QuotaSchedule =
         tideway_api::decode_yaml(DEV_SCHEDULE.as_bytes()).ok()?;
-    crate::demo::start_before_boundary(&schedule, "day", chrono::Utc::now())
+    // The wall clock, not a fleet clock: the fleet's clock is what this start makes.
+    let now = tideway_api::clock::Clock::now(&tideway_api::clock::RealClock);
+    crate::demo::start_before_boundary(&schedule, "day", now)
 }
 
 /// Applies the dev schedule once the one-node federation has elected itself.

@@ -126,7 +126,7 @@ mod tests {
         let parsed = TokenFile::parse(&file).expect("parses");
         assert_eq!(parsed.tokens, vec![e.clone()]);
         // Appended to a file with entries already, without a final newline.
-        let two = appended(&file.trim_end().to_owned(), &line);
+        let two = appended(file.trim_end(), &line);
         assert_eq!(TokenFile::parse(&two).expect("parses").tokens.len(), 2);
     }
 

@@ -326,7 +326,7 @@ fn helm_chart_lints_renders_and_matches_the_kubernetes_schema() {
         sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
         "data"
     );
-    let (required, preferred) = anti_affinity_keys(&sts);
+    let (required, preferred) = anti_affinity_keys(sts);
     assert_eq!(required, ["kubernetes.io/hostname"]);
     assert_eq!(preferred, ["topology.kubernetes.io/zone"]);
     let pod = &sts["spec"]["template"]["spec"];

@@ -288,7 +288,7 @@ mod tests {
         ] {
             st.workloads.insert(n, workload(n, q, g, p));
         }
-        let qs = with_status(&st, Utc::now());
+        let qs = with_status(&st, "2025-01-06T12:00:00Z".parse().unwrap());
         let a = qs[0].status.clone().unwrap();
         assert_eq!((a.pending_workloads, a.active_workloads), (1, 2));
         assert_eq!(a.used_gpus["H100"], 12);

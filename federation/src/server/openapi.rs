@@ -31,8 +31,8 @@ use tideway_api::watch::WatchPage;
 use tideway_api::webhook::{Webhook, WebhookList};
 use tideway_api::{
     DiffRequest, DryRunReport, MemberCluster, Policy, PolicyDiff, PolicyHistory, PriorityClass,
-    Problem, Queue, QuotaSchedule, RoleBinding, RollbackRequest, ScheduleTimeline, Submitted,
-    Workload,
+    Problem, Queue, QuotaSchedule, RoleBinding, RollbackRequest, ScheduleNext, ScheduleTimeline,
+    Submitted, Workload,
 };
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{OneOfBuilder, Schema};
@@ -87,7 +87,7 @@ pub async fn serve() -> Response {
         operations::policy_apply, operations::policy_rollback, operations::policy_widen,
         operations::policy_diff, operations::policy_dry_run, operations::list_role_bindings,
         operations::delete_role_binding, operations::list_queues, operations::list_schedules,
-        operations::schedule_timeline, operations::list_priority_classes,
+        operations::schedule_timeline, operations::schedule_next, operations::list_priority_classes,
         operations::list_members, operations::register_member, operations::member_heartbeat,
         operations::member_assignments, operations::member_status, operations::remove_member, operations::readmit_member,
         operations::cordon_member, operations::uncordon_member, operations::drain_member,
@@ -358,6 +358,12 @@ mod operations {
         params(("name" = String, Path, description = "Quota schedule name"), TimelineQuery),
         responses((status = 200, description = "The timeline", body = ScheduleTimeline)))]
     fn schedule_timeline() {}
+
+    /// What a quota schedule's next boundary will do on the live state
+    #[utoipa::path(get, path = "/v1/schedules/{name}/next", tag = "resources",
+        params(("name" = String, Path, description = "Quota schedule name")),
+        responses((status = 200, description = "The quotas before and after, and the running workloads the first cycle after it would reclaim", body = ScheduleNext)))]
+    fn schedule_next() {}
 
     /// Every priority class
     #[utoipa::path(get, path = "/v1/priorityclasses", tag = "resources", params(ReadParams),
