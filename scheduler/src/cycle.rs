@@ -208,10 +208,8 @@ pub struct Cycle<'a> {
     pub decisions: Vec<Decision>,
     /// Pending workloads per flavor id, counted on first use by `reservation`.
     pub pending_on_flavor: Vec<u32>,
-    /// Per queue, the workloads decided so far this cycle, admitted or left waiting: the
-    /// work ahead of the next one in its queue, which the default reclaim rule counts
-    /// (see `promise`).
-    pub decided: Vec<Vec<u32>>,
+    /// The default reclaim rule's running sums (see `promise`).
+    pub promise: super::promise::PromiseBook,
     /// The reason and explanation of each quota block met so far: they depend only on the
     /// queue and the block, and a backlog over its quota meets the same block once per
     /// workload (formatting each explanation's hint anew was a tenth of a cycle).
@@ -445,7 +443,7 @@ impl<'a> Cycle<'a> {
             stats: SchedulerStats::default(),
             decisions: Vec::with_capacity(input.pending.len()),
             pending_on_flavor: Vec::new(),
-            decided: Vec::new(),
+            promise: Default::default(),
             quota_reasons: DetMap::default(),
         };
         cycle.load_running(&cluster_ids);
@@ -753,12 +751,11 @@ impl<'a> Cycle<'a> {
         for (i, q) in self.queue_of.iter().enumerate() {
             lists[q.unwrap_or(nq)].push(i as u32);
         }
-        self.decided = vec![Vec::new(); nq];
         let mut order = Order::new(lists, &self.ranks, |l, idx| self.head_key(l, idx));
         while let Some((l, idx)) = order.pop() {
             self.decide(idx);
             if l < nq {
-                self.decided[l].push(idx);
+                self.count_decided(l, idx);
             }
             order.advance(l, &self.ranks, |l, idx| self.head_key(l, idx));
         }

@@ -91,7 +91,7 @@ impl Cycle<'_> {
                 None => {
                     !self.shapes[s].preempt_failed.contains(&(q, base, true))
                         && self.attempts < self.tuning.max_preemption_attempts_per_cycle
-                        && self.waits_past_partition(idx, q, s)
+                        && self.waits_past_partition(q, s)
                 }
             };
         if self.shapes[s].preempt_failed.contains(&(q, base, reclaim)) {
@@ -396,6 +396,7 @@ impl Cycle<'_> {
             r.terminating = true;
             victims.push(r.uid.as_str().into());
             self.uncharge_victim(ri);
+            self.forget_running(ri);
         }
         self.budget_left = self.budget_left.saturating_sub(plan.victims.len() as u32);
         self.admit(idx, q);
