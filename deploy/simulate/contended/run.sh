@@ -21,12 +21,14 @@ rows=(
   "fair share, no reservations, no reclaim|clusters.yaml|policy-fair-noreserve.yaml"
   "fair share + reservations, no reclaim (the previous default)|clusters.yaml|policy-fair-reserve.yaml"
   "fair share + reservations + reclaim|clusters.yaml|policy-fair-reserve-reclaim.yaml"
-  "**fair share + reclaim for gangs of 12+ GPUs, no reservations (default)**|clusters.yaml|policy-fair.yaml"
+  "**the default: fair share + reclaim when a workload would wait longer than on its partition**|clusters.yaml|policy-default.yaml"
+  "fair share + reclaim for gangs of 12+ GPUs, no reservations (the previous default, history)|clusters.yaml|policy-fair.yaml"
   "the default, reclaim for every workload|clusters.yaml|policy-fair-reclaim-all.yaml"
   "the default, reclaim only for gangs of 16+ GPUs|clusters.yaml|policy-fair-reclaim16.yaml"
   "reclaim for every workload, a checkpoint every 30 min assumed|clusters.yaml|policy-fair-ckpt.yaml"
   "fair share + reservations, no estimates, no reclaim|clusters.yaml|policy-fair-none.yaml"
   "fair share + reservations, oracle, no reclaim|clusters.yaml|policy-fair-oracle.yaml"
+  "oracle SJF: one queue, least true GPU-time first, no preemption (limit)|clusters.yaml|policy-oracle-sjf.yaml"
   "static partition (reservations, per VC)|clusters-partition.yaml|policy-partition.yaml"
 )
 

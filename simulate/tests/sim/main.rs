@@ -12,6 +12,7 @@ mod t30_traces;
 mod t40_partition_view;
 mod t40_scheduler_mode;
 mod t40_static_partition;
+mod t45_promise;
 mod t50_pending_view;
 mod t60_estimates;
 mod t70_decision_trace;
