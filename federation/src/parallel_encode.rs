@@ -1,14 +1,15 @@
 //! A snapshot's large collections encoded on several threads.
 //!
 //! Writing a snapshot is encoding the state, and at a million workloads that is about a
-//! gigabyte of MessagePack: 7 to 10 s of one core on a live leader, where the same state
-//! built in one go encodes in about 2 s. A live heap is scattered, so the encoder spends its
-//! time waiting on memory for the strings it copies (`memcpy` was 39% of a snapshot's
-//! samples). Nearly all of the bytes are in the collections that grow with the workloads
-//! (the workloads, their idempotency records and expiry, UIDs, submission order, the audit
-//! trail), and each of their entries encodes without the others. So their entries are
-//! encoded in chunks on worker threads, each chunk into a buffer of its own, and written in
-//! order: several threads wait on memory at once, and each encodes into a plain `Vec`.
+//! gigabyte of MessagePack, which took a live leader several times as long as the same state
+//! built in one go (measured: docs/benchmarks/scale.md). A live heap is scattered, so the
+//! encoder spends its time waiting on memory for the strings it copies (`memcpy` was a large
+//! share of a snapshot's samples). Nearly all of the bytes are in the collections that grow
+//! with the workloads (the workloads, their idempotency records and expiry, UIDs, submission
+//! order, the audit trail), and each of their entries encodes without the others. So their
+//! entries are encoded in chunks on worker threads, each chunk into a buffer of its own, and
+//! written in order: several threads wait on memory at once, and each encodes into a plain
+//! `Vec`.
 //!
 //! The bytes are exactly those of `rmp_serde::encode::write_named` for the same value (a test
 //! holds them equal): the snapshot format does not change. The state's derived `Serialize`
@@ -191,9 +192,9 @@ type Encode<T> = fn(&T, &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error>;
 
 /// A snapshot is background work: its workers run at a lower priority (nice 10) than the
 /// threads that serve requests. At a million workloads on two cores, the three nodes'
-/// snapshots fell together and `cluster status` answered in 21-27 ms at p99 while they ran,
-/// against 5.7 ms when they did not. Best effort: where the system refuses, they run as
-/// they are.
+/// snapshots fell together and `cluster status` answered several times slower at p99 while
+/// they ran than when they did not (measured: docs/benchmarks/cluster-status.md). Best
+/// effort: where the system refuses, they run as they are.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: `gettid` and `setpriority` take and return plain integers; this changes only
@@ -208,8 +209,9 @@ fn lower_priority() {
 /// result. For the snapshot's own thread, which writes the chunks and encodes all the
 /// rest: at the default priority it took a core from the nodes' runtime workers for the
 /// snapshot's whole length, and with three nodes snapshotting at once on two cores,
-/// `cluster status` p99 went from about 6 ms to 12-27 ms at a million workloads. And for
-/// the scheduling cycle's work sized by the backlog (`dispatcher::cycle`). Not a
+/// `cluster status` p99 at a million workloads grew severalfold (measured:
+/// docs/benchmarks/cluster-status.md). And for the scheduling cycle's work sized by the
+/// backlog (`dispatcher::cycle`). Not a
 /// blocking-pool thread: a nice value, once raised, cannot be lowered back without
 /// privilege, and would stay with whatever that pool thread ran next.
 pub fn low_priority_thread<T: Send + 'static>(

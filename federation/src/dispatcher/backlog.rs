@@ -58,8 +58,8 @@ pub struct Backlog {
     pub index: PendingIndex,
     /// UID to name: the state's own persistent index as it was at the last refresh (an O(1)
     /// copy), which [`Backlog::by_uid`] reads through `seq_of`. A map of its own from UIDs to
-    /// sequence numbers cost about 50 MB at a million pending, and its growth as long again
-    /// as `seq_of`'s.
+    /// sequence numbers cost memory in proportion to the backlog (measured:
+    /// docs/benchmarks/scale.md), and its growth as long again as `seq_of`'s.
     uids: imbl::OrdMap<Arc<str>, Arc<str>>,
     /// Pending entries changed since the index was last brought up to date: filing one in
     /// the index (its group key) is left for [`Backlog::settle`], after the state lock.

@@ -614,8 +614,9 @@ pub async fn schedule_loop(
         // Everything sized by the backlog runs off the async workers, on the loop's own copy:
         // the heads of each group of alike workloads, not the whole backlog (see `window`).
         // On a thread of its own at a lower priority than the threads that serve requests
-        // and apply entries: a cycle at a million pending is about a tenth of a second of
-        // CPU every few hundred milliseconds, and on two cores it took that from submissions.
+        // and apply entries: a cycle at a million pending takes a share of a core every few
+        // hundred milliseconds (measured: docs/benchmarks/scale.md), and on two cores it took
+        // that from submissions.
         let taken = std::mem::take(&mut backlog);
         let mut wide_now = std::mem::take(&mut wide);
         let mut cursors_now = std::mem::take(&mut cursors);

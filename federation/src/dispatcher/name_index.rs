@@ -2,11 +2,10 @@
 //! ([`super::backlog`]), in a table that keeps each name's hash beside it.
 //!
 //! A `HashMap<Arc<str>, u64>` rehashes every name each time it grows: at a million names that
-//! is a million strings read from all over the heap, about 230 ms on an idle core and twice
-//! that on a loaded one, all in the one cycle that crossed the threshold (the 1M scale bench
-//! logged whole cycles of 0.58 and 0.69 s at 460,000 and 917,000 pending, where the cycle
-//! around them took about 0.25 s). Kept with its name, the hash is read instead of the name,
-//! and the same growth costs about a fifth of that.
+//! is a million strings read from all over the heap, all in the one cycle that crossed the
+//! threshold (the 1M scale bench logged such cycles at several times the length of the cycles
+//! around them; measured: docs/benchmarks/scale.md). Kept with its name, the hash is read
+//! instead of the name, and the same growth costs a fraction of that.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;

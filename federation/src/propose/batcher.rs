@@ -88,7 +88,8 @@ async fn run(raft: Raft, forwarder: Forwarder, mut rx: mpsc::Receiver<(Command, 
 /// it is proposed (see [`gather`]).
 const MAX_LINGER_YIELDS: usize = 32;
 /// ... and the longest it lingers so, however long those tasks take. Under load a linger
-/// outlasts half a millisecond: bounded at 0.5 ms the rate rose 3%, at 5 ms as unbounded.
+/// outlasts half a millisecond: bounded at 0.5 ms the rate rose less than at 5 ms, which did
+/// as well as unbounded (measured: docs/benchmarks/submissions.md).
 const MAX_LINGER: Duration = Duration::from_millis(5);
 
 /// The batch that starts with `first`: everything queued behind it, and, when that is fewer

@@ -3,11 +3,11 @@
 //!
 //! Why: on the two-core machine the three nodes and the load generator share, every CPU
 //! cycle a node spends counts against submissions. A call-graph profile of a leader under
-//! `wrk -t2 -c64` put 11.5% of its samples in the HTTP client (reqwest and hyper: a URL
-//! parsed, a header map built, a pooled connection checked out and back, HTTP/1 framing) for
-//! the append RPCs alone, and each follower pays the server's half of it (parsing, routing,
-//! the middleware) for every append. The frame carries the same MessagePack bytes as the POST
-//! body; only the envelope changes.
+//! `wrk -t2 -c64` put a large share of its samples in the HTTP client (reqwest and hyper: a
+//! URL parsed, a header map built, a pooled connection checked out and back, HTTP/1 framing)
+//! for the append RPCs alone (measured: docs/benchmarks/submissions.md), and each follower
+//! pays the server's half of it (parsing, routing, the middleware) for every append. The
+//! frame carries the same MessagePack bytes as the POST body; only the envelope changes.
 //!
 //! How: the client opens the stream with an HTTP upgrade on the peer port (`GET` [`PATH`]
 //! with `Upgrade:` [`PROTOCOL`] and the cluster secret), so TLS, the secret and

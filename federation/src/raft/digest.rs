@@ -10,10 +10,11 @@
 //! is encoded whole. The cache below keeps the last state it digested: the next digest walks
 //! only what changed since then (`OrdMap::diff` skips the subtrees both copies share), so
 //! `cluster status` on a busy node costs O(changes), not an encoding of the whole state
-//! (0.8 s at 100,000 workloads). The workloads' sum is not walked at all: their map keeps it
-//! as each change is applied (see [`crate::state::digest_hash`]), since a scheduling cycle
-//! rewrites thousands of pending reasons at once and the diff walk to find them was most of
-//! a digest at a million workloads.
+//! (which grows with the workloads; measured: docs/benchmarks/cluster-status.md). The
+//! workloads' sum is not walked at all: their map keeps it as each change is applied (see
+//! [`crate::state::digest_hash`]), since a scheduling cycle rewrites thousands of pending
+//! reasons at once and the diff walk to find them was most of a digest at a million
+//! workloads.
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -378,7 +379,8 @@ fn guaranteed_series(
 enum WorkloadsPart {
     /// The sum the map keeps as it changes, when it has one: a cycle's entry that rewrote
     /// thousands of pending reasons then costs the digest nothing, where walking the map's
-    /// diff to find them took 25-55 ms at a million workloads.
+    /// diff to find them was most of a digest at a million workloads (measured:
+    /// docs/benchmarks/cluster-status.md).
     Kept,
     /// The map's diff against the last digest's copy, walked.
     Walked,
@@ -622,9 +624,9 @@ fn free_later(last: Last) {
 }
 
 /// Entries applied since the last digest below which the walk is done at once, on the
-/// caller's thread: a few dozen entries cost well under a millisecond to walk, less than
-/// handing the walk to another thread costs on a busy 2-core node (the bench measured 8.9 ms
-/// at the median with every walk handed off, against 1.5 ms for the status without digest).
+/// caller's thread: a few dozen entries cost less to walk than handing the walk to another
+/// thread costs on a busy 2-core node (measured with every walk handed off:
+/// docs/benchmarks/cluster-status.md).
 pub const INLINE_ENTRIES: u64 = 16;
 
 /// What a reader under the state lock takes away to answer with the digest.
@@ -762,9 +764,10 @@ impl DigestCache {
         }
         let digest = digest_with(&state, &sums)?;
         let encoded = clock.instant();
-        // The old copy holds the versions of what changed since. Freeing them took up to
-        // 30 ms at a million workloads (p99 of the scale bench's status calls); nobody waits
-        // for that memory, so it is freed on a thread of its own, after the answer.
+        // The old copy holds the versions of what changed since. Freeing them was the tail
+        // of the scale bench's status calls at a million workloads (measured:
+        // docs/benchmarks/cluster-status.md); nobody waits for that memory, so it is freed
+        // on a thread of its own, after the answer.
         if let Some(old) = g.replace(Last {
             at,
             digest: digest.clone(),

@@ -3,11 +3,11 @@
 //! A digest walks what changed since the previous one, so its cost is set by the gap between
 //! two calls, not by the state: at a million pending workloads a scheduling cycle rewrites up
 //! to 2,000 pending reasons, and a call after a few quiet seconds walked tens of thousands of
-//! changed workloads (20-60 ms; the persistent map's diff visits every leaf a change touched).
-//! While a reader has asked within [`WARM_FOR`], this loop moves the digest forward every
-//! [`WARM_EVERY`] on a blocking thread, so a call finds at most that long of changes left to
-//! walk. A node nobody asks pays nothing, and the first digest after a start (a walk of the
-//! whole state) is only ever made for a reader.
+//! changed workloads (the persistent map's diff visits every leaf a change touched; measured:
+//! docs/benchmarks/cluster-status.md). While a reader has asked within [`WARM_FOR`], this
+//! loop moves the digest forward every [`WARM_EVERY`] on a blocking thread, so a call finds
+//! at most that long of changes left to walk. A node nobody asks pays nothing, and the first
+//! digest after a start (a walk of the whole state) is only ever made for a reader.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

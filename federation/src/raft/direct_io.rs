@@ -3,14 +3,14 @@
 //! A snapshot of a million workloads is about a gigabyte, written once and read back rarely
 //! (a restart, a follower far behind). Written through the page cache, every byte first goes
 //! into a freshly allocated cache page. On the virtual machines Tideway was measured on,
-//! filling new cache pages ran at about 450 MB/s (a `dd` of 3 GB into a new file), against
-//! 1.7 GB/s with `O_DIRECT` and 3.2 GB/s into pages already cached: a profile of the leader
-//! writing a snapshot of a million workloads spent two thirds of the 13 to 15 s it took in
-//! the kernel's copy into new cache pages (`copy_folio_from_iter_atomic`). Writing straight
-//! from an aligned buffer skips that, and leaves the cache to what is read often. A restart
-//! reads the snapshot the same way, straight into the buffer it decodes from: a file written
-//! around the cache is not in it, and reading it through the cache would pay for new cache
-//! pages there instead (the load of 600 MB took 8.8 s that way, 5.8 s from the cache).
+//! filling new cache pages (a `dd` into a new file) ran at a fraction of the speed of
+//! `O_DIRECT` or of writing into pages already cached, and a profile of the leader writing a
+//! snapshot of a million workloads spent most of its time in the kernel's copy into new
+//! cache pages (`copy_folio_from_iter_atomic`; measured: docs/benchmarks/scale.md). Writing
+//! straight from an aligned buffer skips that, and leaves the cache to what is read often. A
+//! restart reads the snapshot the same way, straight into the buffer it decodes from: a file
+//! written around the cache is not in it, and reading it through the cache would pay for new
+//! cache pages there instead (slower than a load from the cache; docs/benchmarks/scale.md).
 //!
 //! Where the file system refuses `O_DIRECT` (tmpfs), or off Linux, the same code goes
 //! through the cache.

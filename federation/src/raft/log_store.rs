@@ -107,10 +107,10 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 }
 
 /// The log's page cache. redb's default is a 1 GiB ceiling, and a busy log climbs towards it:
-/// the pages it writes stay cached (33 MiB of the leader's heap after 22,000 workloads in a
-/// heap profile of `tideway bench rss`, still growing). The log is written at its tail and
-/// read back near it (replication, apply), so a small cache serves it; only a follower far
-/// behind reads older entries, from disk.
+/// the pages it writes stay cached (a large and still growing part of the leader's heap in a
+/// heap profile of `tideway bench rss`; measured: docs/benchmarks/memory.md). The log is
+/// written at its tail and read back near it (replication, apply), so a small cache serves
+/// it; only a follower far behind reads older entries, from disk.
 const LOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 fn encode<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {

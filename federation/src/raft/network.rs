@@ -39,9 +39,9 @@ pub const MSGPACK: &str = "application/msgpack";
 /// writing and fsyncing a full batch on a loaded machine often exceeds: a follower catching up
 /// after a restart took longer on most appends, each was abandoned and sent again whole, and
 /// a new leader that needed that follower's ack for its first commit waited through several
-/// such rounds (0.5-1 s in the failover bench). An append that reached the follower's Raft
-/// before the timeout is written all the same, so cutting it short saves the follower
-/// nothing. Heartbeats (no entries) keep openraft's bound, as they carry the lease.
+/// such rounds (measured: docs/benchmarks/failover.md). An append that reached the
+/// follower's Raft before the timeout is written all the same, so cutting it short saves the
+/// follower nothing. Heartbeats (no entries) keep openraft's bound, as they carry the lease.
 pub const APPEND_TTL_FLOOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long an append RPC may take: openraft's bound, raised to [`APPEND_TTL_FLOOR`] when it

@@ -4,10 +4,11 @@
 //! The leader's log encodes an entry once and sends those bytes to every follower (see
 //! `network::encode_append`). A follower decoded them to hand openraft the entries, and its
 //! log then encoded every entry again to write it: a second MessagePack encoding of every
-//! workload (its timestamps formatted as text again among it) on each follower, about 5% of
-//! a follower's CPU under a stream of submissions. The transport now decodes an append
-//! request entry by entry ([`decode_append`]), keeps each entry's bytes here, and the log
-//! takes them for the entry with the same log id.
+//! workload (its timestamps formatted as text again among it) on each follower, a share of
+//! a follower's CPU under a stream of submissions worth saving (measured:
+//! docs/benchmarks/submissions.md). The transport now decodes an append request entry by
+//! entry ([`decode_append`]), keeps each entry's bytes here, and the log takes them for the
+//! entry with the same log id.
 //!
 //! Whatever bytes are kept decode to the entry they are kept for: they are the span of the
 //! request it was just decoded from. A log id that does not match (another leader's request

@@ -2,11 +2,11 @@
 //! state on the other.
 //!
 //! A restarted node spends most of its first seconds decoding its snapshot, and at a million
-//! workloads that alone was half of the 15 s a node may take to be back in service. The
-//! workloads map is about half the bytes and half the decoding; the other half is the
-//! indexes beside it (idempotency records and their expiry, UIDs, submission order), the audit
-//! trail and the small parts. Neither half needs the other to be decoded, so they are decoded
-//! at once.
+//! workloads that alone was half of the time a node took to be back in service (measured:
+//! docs/benchmarks/scale.md). The workloads map is about half the bytes and half the
+//! decoding; the other half is the indexes beside it (idempotency records and their expiry,
+//! UIDs, submission order), the audit trail and the small parts. Neither half needs the other
+//! to be decoded, so they are decoded at once.
 //!
 //! The bytes are the same MessagePack as ever: nothing changes on disk or on the wire. A scan
 //! finds where the workloads map begins and ends by reading only MessagePack headers (a

@@ -14,8 +14,9 @@
 //! state first, and a reader finds the body at an offset without decoding it. Format 1 (one
 //! MessagePack map holding the meta and the body as one byte string) is still read; it
 //! needed the body in memory twice to write (encoded, then encoded again inside the map) and
-//! twice to read: at 250,000 workloads those buffers were half the leader's heap at its peak
-//! (a heaptrack profile of `tideway server` under `tw_post.lua`).
+//! twice to read: those buffers were a large part of the leader's heap at its peak (a
+//! heaptrack profile of `tideway server` under `tw_post.lua`; measured:
+//! docs/benchmarks/memory.md).
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};

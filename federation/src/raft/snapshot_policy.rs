@@ -3,13 +3,14 @@
 //! both scaled by a factor per node between 1 and 1.5 ([`stagger`]).
 //!
 //! A fixed entry count makes the cost of snapshots grow with the state: every 20,000 entries
-//! the whole state is encoded again, 0.8 s of CPU at 100,000 workloads and 2.3 s at 300,000,
-//! on each node. Under a steady submission load a 2-core machine then spent a core on
-//! snapshots alone, and failovers slowed down as the state grew. Tying the interval to the
-//! snapshot's size bounds the work: encoding a snapshot costs about twice what writing the
-//! log since the last one did. Restart stays bounded as well, since the log to replay is
-//! never much more than half the snapshot. (Redis rewrites its append-only file on a rule of
-//! the same kind, when the file has grown by a share of its last rewrite.)
+//! the whole state is encoded again on each node, at a CPU cost that grows with the
+//! workloads (measured: docs/benchmarks/scale.md). Under a steady submission load a 2-core
+//! machine then spent a core on snapshots alone, and failovers slowed down as the state grew.
+//! Tying the interval to the snapshot's size bounds the work: encoding a snapshot costs about
+//! twice what writing the log since the last one did. Restart stays bounded as well, since
+//! the log to replay is never much more than half the snapshot. (Redis rewrites its
+//! append-only file on a rule of the same kind, when the file has grown by a share of its
+//! last rewrite.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,8 +114,8 @@ const MAX_BUILD_WAIT: Duration = Duration::from_secs(120);
 /// Waits until the metrics show a snapshot other than `before`: the one just asked for, built.
 /// A build in progress does not show in the metrics until it is done, and asking again
 /// meanwhile queues a second build behind the first: at a million workloads nodes wrote two
-/// 5 s snapshots back to back, the second 800 entries after the first, when the loop waited
-/// a fixed second instead.
+/// snapshots back to back, the second 800 entries after the first, when the loop waited a
+/// fixed second instead (measured: docs/benchmarks/scale.md).
 async fn until_built(raft: &Raft, before: Option<u64>) {
     // Times out (a build that failed never shows) or sees the snapshot: either way the loop
     // goes on.

@@ -191,7 +191,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     /// [`crate::state::workloads`]) and encodes the copy straight into the snapshot file on a
     /// blocking thread: apply goes on meanwhile, and no buffer the size of the state is ever
     /// held (see [`super::snapshot_file`]). Encoding under the lock used to hold apply off for
-    /// the whole encoding, 0.8 s at 100,000 workloads, and with it a runtime worker.
+    /// the whole encoding (measured: docs/benchmarks/state-lock.md), and with it a runtime
+    /// worker.
     ///
     /// openraft takes only the meta of what this returns (`sm::worker`, 0.10.0-alpha.37): the
     /// body stays in the file, opened, until a follower needs it.

@@ -107,7 +107,8 @@ fn removed(removal: &crate::raft::removal::Removal, path: &str) -> Option<Respon
 ///
 /// The value is made once per millisecond per worker thread and shared by the answers of that
 /// millisecond: a loaded node answers many in one, and each formatted its own (a string and a
-/// header value, about 1% of a loaded leader).
+/// header value, a visible share of a loaded leader's profile; measured:
+/// docs/benchmarks/submissions.md).
 fn stamp(clock: &SharedClock, resp: &mut Response) {
     let now = clock.now();
     let millis = now.timestamp_millis();

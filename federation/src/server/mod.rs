@@ -82,7 +82,8 @@ impl Default for Limits {
 
 /// Everything a request handler needs, behind one `Arc`: axum clones the state for every
 /// extractor and middleware layer of every request, and a clone of the fields themselves
-/// (a dozen reference counts, up and down again) was 3-4% of a node's CPU under submissions.
+/// (a dozen reference counts, up and down again) was a visible share of a node's CPU under
+/// submissions (measured: docs/benchmarks/submissions.md).
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 

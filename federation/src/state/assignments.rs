@@ -3,10 +3,11 @@
 //! of its cluster.
 //!
 //! The long-poll wakes on every applied entry (each submission too), so a scan cost
-//! O(assignments) once per connected agent per entry, under the state lock (4.4 ms per poll at
-//! 25k records, debug). The records are private: every change goes through [`Assignments::insert`],
-//! [`Assignments::touch`] or a removal, which set the record's revision and journal it, so no
-//! apply path can change what an agent reads without the journal knowing. The journal is
+//! O(assignments) once per connected agent per entry, under the state lock (measured:
+//! docs/benchmarks/scale.md). The records are private: every change goes through
+//! [`Assignments::insert`], [`Assignments::touch`] or a removal, which set the record's
+//! revision and journal it, so no apply path can change what an agent reads without the
+//! journal knowing. The journal is
 //! derived: not serialized (the snapshot and the state digest hold the records only, as
 //! before), rebuilt when the records are decoded from a snapshot. Revisions only grow, so a
 //! journal of (revision, UID) appended on each change is enough; entries made stale by a later

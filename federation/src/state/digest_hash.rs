@@ -4,10 +4,10 @@
 //!
 //! They are here, beside the state, because the workloads' part is the one maintained at
 //! apply time: a scheduling cycle's entry rewrites the pending reasons of thousands of
-//! workloads at once, and at a million workloads a walk of the map's diff to find them took
-//! 25-55 ms per `cluster status` call after such an entry, where moving the sum as each reason
-//! is written costs two small hashes a reason (the apply of 12,000 of them measured the same
-//! with and without, within its run-to-run noise).
+//! workloads at once, and at a million workloads a walk of the map's diff to find them was
+//! most of each `cluster status` call after such an entry, where moving the sum as each
+//! reason is written costs two small hashes a reason, lost in apply's run-to-run noise
+//! (measured: docs/benchmarks/cluster-status.md).
 
 use std::hash::Hasher;
 use std::io;

@@ -3,11 +3,11 @@
 //! Apply shares them: the workloads map's key, the submission order, the UID index, the
 //! idempotency records and their expiry set hold one `Arc<str>` per name, UID and key (and a
 //! submission without a client key is keyed by its UID, so that is one string too). Decoding
-//! gives every occurrence an allocation of its own: measured at 200,000 workloads, about 400
-//! bytes more per workload on a node that loaded a snapshot than on one that applied the
-//! same log, the difference between a leader within 2 GiB at a million workloads and one
-//! over it after a restart. The encoding is strings either way, so this changes no bytes on
-//! disk or on the wire.
+//! gives every occurrence an allocation of its own, so a node that loaded a snapshot held
+//! more per workload than one that applied the same log: enough to take a leader at a
+//! million workloads from within 2 GiB to over it after a restart (measured:
+//! docs/benchmarks/memory.md). The encoding is strings either way, so this changes no bytes
+//! on disk or on the wire.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! The workloads by name, with a journal of which names changed: what lets the leader's
 //! scheduling cycle keep its own copy of the backlog and, under the state lock, copy only
-//! what changed since its last cycle instead of the whole backlog (38–101 ms at 10k pending
-//! and 190–380 ms at 50k, debug, with apply held off all that time).
+//! what changed since its last cycle instead of the whole backlog (a copy whose cost grew
+//! with the backlog, with apply held off all that time; measured:
+//! docs/benchmarks/state-lock.md).
 //!
 //! Reads go through `Deref` to the map; every way to change a workload (`get_mut`, `insert`,
 //! `remove`) records its name, so no apply path can change one unseen. The journal is
@@ -26,19 +27,19 @@ use super::digest_hash::{Error, ReasonHashes};
 /// Journal entries always kept: a reader less than half this far behind can follow it.
 ///
 /// It was 4,096, which left a reader able to follow only about 2,000 to 6,000 changes
-/// behind while the state held under 150,000 workloads. Under a fill at 5,000 submissions a
-/// second the leader's cycle, about 1.2 s apart, was further behind than that and copied the
-/// whole backlog every cycle (the 1M scale bench logged cycles of 0.6 to 1.04 s at 73,000 to
-/// 138,000 pending, each copying all of it). Half of 32,768 covers a few seconds of any
-/// rate this machine reaches, for about 2 MB.
+/// behind while the state held under 150,000 workloads. Under the scale bench's fill the
+/// leader's cycle was further behind than that and copied the whole backlog every cycle,
+/// each such cycle several times as long as one that copies the changes (measured:
+/// docs/benchmarks/scale.md). Half of 32,768 covers a few seconds of any rate this machine
+/// reaches, for about 2 MB.
 const SLACK: usize = 32_768;
 
 /// Beyond [`SLACK`], one entry kept per this many workloads. Past that the oldest half is
 /// dropped, and a reader behind it copies the whole backlog once. The journal only grows
 /// (followers never read it, and the leader's reader cannot trim it from its copy), so the
-/// bound is its memory: at a million workloads about 95,000 names (6 MB), where one per
-/// workload held up to a million (about 56 MB) on every node. The leader's cycle reads it
-/// every few hundred milliseconds, thousands of changes behind at most.
+/// bound is its memory: at a million workloads about 95,000 names, where one per workload
+/// held up to a million on every node (measured: docs/benchmarks/scale.md). The leader's
+/// cycle reads it every few hundred milliseconds, thousands of changes behind at most.
 const PER_WORKLOADS: usize = 16;
 
 /// Identities of journals, so a cursor from one never reads another.
@@ -288,8 +289,8 @@ impl Workloads {
     /// when the returned guard is dropped.
     pub fn get_mut(&mut self, name: &str) -> Option<WorkloadMut<'_>> {
         // One descent: a cycle's entry changes thousands of workloads spread over the map,
-        // and a lookup to journal the key, then a second one to change the value, were about
-        // a fifth of applying it.
+        // and a lookup to journal the key, then a second one to change the value, were a
+        // large share of applying it (measured: docs/benchmarks/cluster-status.md).
         let len = self.map.len();
         let (key, w) = self.map.get_key_value_mut(name)?;
         self.journal.note(key.shared().clone(), len);
