@@ -100,15 +100,20 @@ pub struct SchedulerTuning {
     /// Per-cluster lists inside a `PendingReason` are cut to this many entries (the full
     /// breakdown is in the explanation), so 100,000 reasons stay small.
     pub max_reason_clusters: usize,
-    /// An override, kept as history: only gangs of at least this many GPUs (of one flavor)
-    /// reclaim their queue's lent guarantee from equal-priority borrowers of the cohort
-    /// (`1`: every workload within its guarantee does). Unset, the default rule decides:
-    /// a workload within its queue's guarantee reclaims when it would otherwise wait longer
-    /// than on the queue's static partition, by more than a victim's notice (the scheduler
-    /// core's `promise`). The threshold was fitted to one replay (12 on the contended Philly
-    /// fleet) and did not carry over to other fleets (issue 55).
+    /// Kept as history: only gangs of at least this many GPUs (of one flavor) reclaim their
+    /// queue's lent guarantee from equal-priority borrowers of the cohort. Unset (the
+    /// default): every workload within its queue's guarantee does, which keeps the promise
+    /// that no queue waits longer than on its static partition. The threshold was fitted to
+    /// one replay (12 on the contended Philly fleet) and did not carry over to other fleets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaim_min_gpus: Option<u64>,
+    /// Experimental, off by default: a workload within its queue's guarantee reclaims only
+    /// when it would otherwise wait longer than on the queue's static partition, by more
+    /// than a victim's notice (the scheduler core's `promise`). It loses less work than
+    /// reclaiming for every workload but, measured on contended replays, leaves some queues
+    /// worse off than their static partition (docs/benchmarks/sim-robust.md), so the
+    /// guarantee-first default does not use it. Ignored when `reclaimMinGpus` is set.
+    pub reclaim_by_partition_wait: bool,
     /// Reclaim from equal-priority borrowers of the cohort evicts only work that would lose
     /// at most this much (seconds since its start or last checkpoint; not-started work loses
     /// none); unset: any borrower. Evicting a borrower that cannot checkpoint throws away all
@@ -165,6 +170,7 @@ impl Default for SchedulerTuning {
             spread_label: "tideway.dev/replica-of".to_owned(),
             max_reason_clusters: 5,
             reclaim_min_gpus: None,
+            reclaim_by_partition_wait: false,
             reclaim_max_work_lost_seconds: None,
             reclaim_loss_per_wait: None,
             nodes_by_work_lost: true,

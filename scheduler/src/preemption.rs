@@ -81,13 +81,16 @@ impl Cycle<'_> {
         let s = self.shape_of[idx as usize] as usize;
         let may_reclaim = self.book.queues[q].has_cohort
             && self.book.within_guarantee(q, &self.shapes[s].request);
-        // `reclaimMinGpus`, when set, is the old gang-size threshold; unset, the rule of
-        // `promise`: reclaim when the workload would otherwise wait longer than on its
-        // queue's static partition. That estimate walks the cluster's expected ends, so it
-        // is skipped where a reclaiming plan already failed or no attempt is left.
+        // `reclaimMinGpus`, when set, is the old gang-size threshold; the default reclaims
+        // for every workload within its guarantee (the guarantee comes first); with
+        // `reclaimByPartitionWait`, the rule of `promise`: reclaim when the workload would
+        // otherwise wait longer than on its queue's static partition. That estimate walks
+        // the cluster's expected ends, so it is skipped where a reclaiming plan already
+        // failed or no attempt is left.
         let reclaim = may_reclaim
             && match self.tuning.reclaim_min_gpus {
                 Some(min) => self.needs_at_least(s, Some(min)),
+                None if !self.tuning.reclaim_by_partition_wait => true,
                 None => {
                     !self.shapes[s].preempt_failed.contains(&(q, base, true))
                         && self.attempts < self.tuning.max_preemption_attempts_per_cycle

@@ -102,7 +102,8 @@ EOF
       echo "  scheduler:"
       echo "    fairSharing: true"
       case $kind in
-        default) echo "    preemption: true" ;;
+        default) echo "    preemption: true"
+                 echo "    tuning: { reclaimByPartitionWait: true }" ;;
         *) echo "    preemption: false" ;;
       esac
       echo "simulator:"

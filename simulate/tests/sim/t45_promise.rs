@@ -114,11 +114,13 @@ fn mean_queueing(nodes: &[u32], jobs: &[Job], partition: bool) -> BTreeMap<Strin
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    // Fails today: the rule's fluid partition wait over-estimates the wait of a queue
-    // whose own work runs long, so it reclaims too little (e.g. two queues of 2 nodes,
-    // ten jobs: q1 881 s shared against 850 s alone; docs/benchmarks/sim-robust.md).
+    // Fails today on both rules. The experimental `reclaimByPartitionWait` rule reclaims
+    // too little (two queues of 2 nodes, ten jobs: q1 881 s shared against 850 s alone;
+    // docs/benchmarks/sim-robust.md); the guarantee-first default (reclaim for every
+    // workload within its guarantee) also misses on small scenarios (q1 324 s shared
+    // against 0 s alone), not yet diagnosed: issue 55 stays open on it.
     #[test]
-    #[ignore = "the default rule misses this promise; see the comment above"]
+    #[ignore = "the promise is not kept yet on small scenarios; see the comment above"]
     fn no_queue_waits_longer_than_on_its_static_partition((nodes, jobs) in scenario()) {
         let shared = mean_queueing(&nodes, &jobs, false);
         let alone = mean_queueing(&nodes, &jobs, true);
