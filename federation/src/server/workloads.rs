@@ -358,7 +358,8 @@ fn presented(w: &Workload) -> std::borrow::Cow<'_, Workload> {
 /// is 0.6-1 KiB). axum's `Json` starts at 128 bytes and doubles, which copied a submission's
 /// answer four or five times on the way. Below 1 KiB, since glibc serves smaller requests from
 /// its per-thread cache, while a larger one first consolidates its fast bins
-/// (`malloc_consolidate`, about 1.5% of a loaded leader with 2 KiB here).
+/// (`malloc_consolidate`, a visible share of a loaded leader's profile with 2 KiB here;
+/// measured: docs/benchmarks/submissions.md).
 const WORKLOAD_JSON_CAPACITY: usize = 1000;
 
 fn workload_response(status: StatusCode, w: &Workload) -> Response {
