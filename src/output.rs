@@ -165,8 +165,7 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
                         age(created(w), now),
                         st.and_then(|s| s.cluster.clone())
                             .unwrap_or_else(|| "-".into()),
-                        st.and_then(|s| s.pending_reason.as_ref())
-                            .map_or_else(|| "-".into(), |r| r.code().to_string()),
+                        reason_column(st),
                         w.metadata.uid.clone().unwrap_or_default(),
                         timestamp(st.and_then(|s| s.submitted_at)),
                     ]
@@ -195,6 +194,23 @@ pub fn print_workloads(items: &[Workload], fmt: OutputFormat) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// The wide list's REASON: the code, or the whole sentence when a tidal window's quota holds
+/// the workload back (the server's `status.message` then starts with `OverWindowQuota:`),
+/// since the code alone would not say which window or until when.
+fn reason_column(st: Option<&tideway_api::WorkloadStatus>) -> String {
+    let Some(s) = st else { return "-".into() };
+    if let Some(m) = s
+        .message
+        .as_deref()
+        .filter(|m| m.starts_with("OverWindowQuota:"))
+    {
+        return m.to_string();
+    }
+    s.pending_reason
+        .as_ref()
+        .map_or_else(|| "-".into(), |r| r.code().to_string())
 }
 
 /// `tideway list`: as [`print_workloads`], but `-o json|yaml` print one list object
@@ -485,7 +501,7 @@ pub fn print_explain(
     }
     println!("summary:   {}", v.summary);
     if let Some(r) = &v.pending_reason {
-        println!("reason:    {}  {}", r.code(), serde_json::to_string(r)?);
+        println!("reason:    {}: {r}", r.code());
     }
     if let Some(d) = &v.decision {
         println!("decision:  {d} (cycle at {})", timestamp(v.cycle_at));

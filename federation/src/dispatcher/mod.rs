@@ -25,6 +25,7 @@ pub mod tidal;
 pub mod tidal_preview;
 pub mod webhooks;
 pub mod window;
+pub mod window_reason;
 #[cfg(test)]
 mod window_tests;
 

@@ -7,8 +7,8 @@
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
-use tideway_api::WorkloadPhase;
 use tideway_api::explain::ExplainResponse;
+use tideway_api::{PendingReason, WorkloadPhase};
 
 use super::AppState;
 use super::authz::Access;
@@ -58,6 +58,17 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
     let uid = w.metadata.uid.clone().unwrap_or_default();
     let status = w.status.clone().unwrap_or_default();
     let last = st.last_cycle.read().ok().and_then(|s| s.clone());
+    // Workloads by name, not uid: a reader knows the names it submitted.
+    let name_of = |uid: &str| -> String {
+        st.read(|d| {
+            d.state
+                .by_uid(uid)
+                .map(|v| crate::state::tenancy::plain_name(&v.metadata.name).to_string())
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| uid.to_string())
+    };
     let (decision, explanation, cycle_at) = match &last {
         Some(l) => match l.decision_for(&w) {
             Some(d) => {
@@ -66,7 +77,15 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
                     Decision::Preempt {
                         victims, cluster, ..
                     } => (
-                        format!("preempt {} workload(s) on {cluster}", victims.len()),
+                        format!(
+                            "preempt {} workload(s) on {cluster}: {}",
+                            victims.len(),
+                            victims
+                                .iter()
+                                .map(|v| name_of(v.as_str()))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                         None,
                     ),
                     Decision::Reserve {
@@ -101,6 +120,20 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
         .ok()
         .and_then(|w| w.get(&uid).cloned())
         .filter(|_| !status.phase.is_terminal());
+    // A tidal window's quota, named with its schedule and end, says more than the core's
+    // date-free `QuotaExhausted` or `InsufficientCapacity`.
+    let now = st.clock.now();
+    let window = st.read(|d| {
+        let queues = crate::dispatcher::queue_view::with_status(&d.state, now);
+        crate::dispatcher::window_reason::sentence(&queues, &w)
+    })?;
+    // The reason as people read it: victims by name, not uid.
+    let reason = status.pending_reason.as_deref().map(|r| match r {
+        PendingReason::WaitingForPreemption { victims } => PendingReason::WaitingForPreemption {
+            victims: victims.iter().map(|v| name_of(v)).collect(),
+        },
+        r => r.clone(),
+    });
     let summary = if let Some((absent, fleet)) = &absent {
         format!(
             "no member cluster offers {} GPUs; the fleet has {}. It cannot run until a member \
@@ -111,7 +144,14 @@ pub async fn explain_here(st: &AppState, id: &str) -> Result<ExplainResponse, Ap
     } else if let Some(r) = &redispatch {
         r.to_string()
     } else {
-        match (&status.phase, &status.pending_reason, &explanation) {
+        match (&status.phase, &reason, &explanation) {
+            (WorkloadPhase::Pending, _, ex) if window.is_some() => {
+                let wq = window.clone().unwrap_or_default();
+                match ex {
+                    Some(e) => format!("{wq}. {}", e.hint),
+                    None => wq,
+                }
+            }
             (WorkloadPhase::Pending, _, None) if no_member_ready => {
                 "no member cluster is Ready: nothing can run until an agent registers".to_string()
             }

@@ -558,9 +558,40 @@ pub async fn get_one(
         return w.serve(&st, access.as_ref(), scope).await;
     }
     st.read_barrier(params.stale).await?;
-    let mut w = st.read(|d| resolve(&d.state, access.as_ref(), &id, tenant, Workload::clone))??;
+    let now = st.clock.now();
+    let mut w = st.read(|d| {
+        let mut w = resolve(&d.state, access.as_ref(), &id, tenant, Workload::clone)?;
+        with_window_message(&d.state, std::slice::from_mut(&mut w), now);
+        Ok::<_, ApiError>(w)
+    })??;
     tenancy::present(&mut w);
     Ok(Json(w).into_response())
+}
+
+/// Pending workloads a tidal window's quota holds back get, as `status.message`, the
+/// sentence naming the schedule, the window and when it ends (computed on read: it holds a
+/// time left, which no replicated record could keep true).
+fn with_window_message(
+    state: &crate::state::FederationState,
+    items: &mut [Workload],
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let pending = |w: &Workload| {
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase == tideway_api::WorkloadPhase::Pending)
+    };
+    if !items.iter().any(pending) || state.tidal.schedules.is_empty() {
+        return;
+    }
+    let queues = crate::dispatcher::queue_view::with_status(state, now);
+    for w in items.iter_mut().filter(|w| pending(w)) {
+        if let Some(s) = crate::dispatcher::window_reason::sentence(&queues, w)
+            && let Some(st) = w.status.as_mut()
+        {
+            st.message = Some(s);
+        }
+    }
 }
 
 /// A workload's stored name (what the state, the log and watches key it by).
@@ -704,6 +735,7 @@ pub async fn list(
     }
     let phase = p.phase.as_deref().map(parse_phase).transpose()?;
     st.read_barrier(p.stale).await?;
+    let now = st.clock.now();
     let page = st.read(|d| {
         let start = p.after.map(|a| a.saturating_add(1)).unwrap_or(0);
         let mut items = Vec::new();
@@ -733,6 +765,7 @@ pub async fn list(
             last_seq = *seq;
             items.push(presented(w).into_owned());
         }
+        with_window_message(&d.state, &mut items, now);
         // The token is the sequence number of the last item returned.
         let next = more.then_some(last_seq);
         WorkloadList {
