@@ -55,11 +55,11 @@ pub struct SchedulerTuning {
     /// A gang that waited this long without fitting may get a reservation.
     pub reservation_after_seconds: u64,
     /// Live reservations at once, fleet-wide; 0 (the default) turns reservations off. On the
-    /// contended Philly replay (docs/scheduling.md) every row with reservations had a worse
-    /// average completion time than the same row without (by about 5%) and did not shorten
-    /// the gangs' wait either, while guarantee reclaim gives a queue's gangs their nodes back
-    /// within a bounded time. Turn them on (16 is a fair size for tens of clusters) where
-    /// gangs borrow beyond their guarantee and must not starve.
+    /// contended Philly replay every row with reservations had a worse average completion
+    /// time than the same row without (measured: docs/benchmarks/sim-contended.md) and did
+    /// not shorten the gangs' wait either, while guarantee reclaim gives a queue's gangs
+    /// their nodes back within a bounded time. Turn them on (16 is a fair size for tens of
+    /// clusters) where gangs borrow beyond their guarantee and must not starve.
     pub max_reservations: u32,
     /// Live reservations per cluster (and never two on the same flavor of one cluster).
     pub max_reservations_per_cluster: u32,
@@ -133,8 +133,8 @@ pub struct SchedulerTuning {
     /// least work (GPU-seconds since start or last checkpoint), fewest victims breaking
     /// ties (the default); off: fewest victims first, work lost breaking ties. Work that
     /// cannot checkpoint loses all it ran, so one long job is a dearer victim than three
-    /// that just started: on the contended Philly replay (docs/simulator.md) reclaim lost
-    /// 24,464 GPU-hours this way against 74,182 with fewest victims first.
+    /// that just started: on the contended Philly replay reclaim lost about a third of the
+    /// work this way (measured: docs/benchmarks/sim-contended.md).
     pub nodes_by_work_lost: bool,
     /// Only gangs whose queue stays within its guarantee with them get reservations; work
     /// that would borrow waits for idle capacity instead of holding it idle for itself.
