@@ -44,6 +44,21 @@ pub struct PhaseLabel {
     pub phase: String,
 }
 
+/// A queue's quota in force of a flavor, with the window that sets it (`-` for the queue's
+/// own quota, `default` between a schedule's windows).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueQuotaLabel {
+    pub queue: String,
+    pub flavor: String,
+    pub window: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueFlavorLabel {
+    pub queue: String,
+    pub flavor: String,
+}
+
 /// A member's pool: fragmentation and capacity are per pool, and a pool has one flavor.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabel {
@@ -98,6 +113,8 @@ pub struct Metrics {
     rejected: Family<ReasonLabel, Counter>,
     evictions: Family<ClusterLabel, Counter>,
     fragmentation: Family<PoolLabel, Gauge<f64, AtomicU64>>,
+    queue_quota: Family<QueueQuotaLabel, Gauge<i64, AtomicI64>>,
+    queue_used: Family<QueueFlavorLabel, Gauge<i64, AtomicI64>>,
     capacity: Family<CapacityLabel, Gauge<i64, AtomicI64>>,
     workloads: Family<PhaseLabel, Gauge<i64, AtomicI64>>,
     reschedule_ratio: Gauge<f64, AtomicU64>,
@@ -219,6 +236,18 @@ impl Default for Metrics {
             "Workloads a member cluster reported evicted (node fault, local or our preemption)",
             evictions.clone(),
         );
+        let queue_quota = Family::<QueueQuotaLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "queue_quota_gpus",
+            "GPUs of a flavor a queue may use now: the quota in force, with the tidal window that sets it",
+            queue_quota.clone(),
+        );
+        let queue_used = Family::<QueueFlavorLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "queue_used_gpus",
+            "GPUs of a flavor a queue's admitted, assigned and running workloads hold",
+            queue_used.clone(),
+        );
         let fragmentation = Family::<PoolLabel, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "fragmentation_ratio",
@@ -337,6 +366,8 @@ impl Default for Metrics {
             rejected,
             evictions,
             fragmentation,
+            queue_quota,
+            queue_used,
             capacity,
             workloads,
             reschedule_ratio,
@@ -519,6 +550,26 @@ impl Metrics {
                     .set(i64::try_from(gpus).unwrap_or(i64::MAX));
             }
         }
+        // Cleared first: when a window ends, its series goes rather than lingering beside the
+        // next window's.
+        self.queue_quota.clear();
+        for q in &s.queue_flavors {
+            if let Some((window, quota)) = &q.quota {
+                self.queue_quota
+                    .get_or_create(&QueueQuotaLabel {
+                        queue: q.queue.clone(),
+                        flavor: q.flavor.clone(),
+                        window: window.clone(),
+                    })
+                    .set(i64::try_from(*quota).unwrap_or(i64::MAX));
+            }
+            self.queue_used
+                .get_or_create(&QueueFlavorLabel {
+                    queue: q.queue.clone(),
+                    flavor: q.flavor.clone(),
+                })
+                .set(i64::try_from(q.used).unwrap_or(i64::MAX));
+        }
         for (phase, n) in &s.phases {
             self.workloads
                 .get_or_create(&PhaseLabel {
@@ -599,6 +650,8 @@ pub struct PoolGauges {
 #[derive(Debug, Clone, Default)]
 pub struct StateGauges {
     pub pools: Vec<PoolGauges>,
+    /// Per queue and flavor: the quota in force with its window, and the GPUs used.
+    pub queue_flavors: Vec<QueueFlavorGauges>,
     /// Every queue's name.
     pub queues: Vec<String>,
     /// Workloads per phase (every phase, zeros included, so a series never vanishes).
@@ -606,6 +659,16 @@ pub struct StateGauges {
     /// Workloads placed again after a failed or evicted attempt, and those that failed.
     pub rescheduled_ok: u64,
     pub rescheduled_failed: u64,
+}
+
+/// One queue's use of one flavor and the quota in force, as `GET /v1/queues` shows it.
+#[derive(Debug, Clone, Default)]
+pub struct QueueFlavorGauges {
+    pub queue: String,
+    pub flavor: String,
+    /// The quota in force and the window that sets it; `None` when the queue has none.
+    pub quota: Option<(String, u64)>,
+    pub used: u64,
 }
 
 #[cfg(test)]
@@ -649,6 +712,12 @@ mod tests {
                     ("borrowed", 8),
                 ],
             }],
+            queue_flavors: vec![QueueFlavorGauges {
+                queue: "research".into(),
+                flavor: "H100".into(),
+                quota: Some(("day".into(), 25)),
+                used: 24,
+            }],
             phases: vec![("running".into(), 3)],
             queues: vec!["idle".into()],
             rescheduled_ok: 3,
@@ -670,6 +739,8 @@ mod tests {
             r#"tideway_fragmentation_ratio{cluster="eu",pool="training",flavor="H100"} 0.25"#,
             r#"tideway_member_capacity_gpus{cluster="eu",pool="training",flavor="H100",state="borrowed"} 8"#,
             r#"tideway_workloads{phase="running"} 3"#,
+            r#"tideway_queue_quota_gpus{queue="research",flavor="H100",window="day"} 25"#,
+            r#"tideway_queue_used_gpus{queue="research",flavor="H100"} 24"#,
             "tideway_rescheduling_success_ratio 0.75",
             "tideway_raft_commit_index 10",
             "tideway_raft_apply_lag 3",

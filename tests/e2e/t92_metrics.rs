@@ -11,9 +11,11 @@ use crate::common::{cluster, submit_until_acked};
 
 /// Families whose `# TYPE` line must be served (a labelled family may have no series yet,
 /// e.g. preemptions before any preemption).
-const FAMILIES: [&str; 19] = [
+const FAMILIES: [&str; 21] = [
     "tideway_scheduler_cycle_seconds",
     "tideway_queue_pending_workloads",
+    "tideway_queue_quota_gpus",
+    "tideway_queue_used_gpus",
     "tideway_fragmentation_ratio",
     "tideway_preemptions",
     "tideway_node_evictions",
@@ -34,7 +36,8 @@ const FAMILIES: [&str; 19] = [
 ];
 
 /// Series that this test's traffic must have produced, with their labels.
-const SERIES: [&str; 9] = [
+const SERIES: [&str; 10] = [
+    r#"tideway_queue_quota_gpus{queue="metrics-q",flavor="H100",window="-"} 8"#,
     r#"tideway_preemptions_total{queue="default"} 0"#,
     r#"tideway_node_evictions_total{cluster="sim-eu"} 0"#,
     r#"tideway_fragmentation_ratio{cluster="sim-eu",pool="training",flavor="H100"}"#,
@@ -74,6 +77,19 @@ async fn metrics_name_every_operations_signal() {
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
+    // A queue with a quota of its own: `tideway_queue_quota_gpus` has a series for it.
+    let queue = http
+        .post(format!("http://{addr}/v1/apply"))
+        .header("content-type", "application/yaml")
+        .body("apiVersion: tideway.dev/v1alpha1\nkind: Queue\nmetadata: {name: metrics-q}\nspec:\n  tenant: metrics\n  quotas:\n  - {flavor: H100, guaranteed: 8}\n")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        queue.status().is_success(),
+        "queue not applied: {}",
+        queue.status()
+    );
     let missing = http
         .get(format!("http://{addr}/v1/workloads/no-such-workload"))
         .send()

@@ -7,7 +7,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::metrics::{NodeGauges, PoolGauges, StateGauges};
+use crate::metrics::{NodeGauges, PoolGauges, QueueFlavorGauges, StateGauges};
 use crate::state::FederationState as FedState;
 use tideway_api::WorkloadPhase;
 
@@ -37,8 +37,9 @@ pub async fn render(State(st): State<AppState>) -> Response {
     // The phase counts walk every workload: on a copy (O(1) under the lock) and on a
     // blocking thread, so that a scrape holds neither apply nor an async worker for a time
     // that grows with the backlog.
+    let now = st.clock.now();
     if let Ok(copy) = st.read(|d| d.copy())
-        && let Ok(gauges) = tokio::task::spawn_blocking(move || state_gauges(&copy)).await
+        && let Ok(gauges) = tokio::task::spawn_blocking(move || state_gauges(&copy, now)).await
     {
         st.metrics.set_state(&gauges);
     }
@@ -60,7 +61,7 @@ pub async fn render(State(st): State<AppState>) -> Response {
 }
 
 /// Capacity, fragmentation, phases and rescheduling outcomes from the replicated state.
-fn state_gauges(state: &FedState) -> StateGauges {
+fn state_gauges(state: &FedState, now: chrono::DateTime<chrono::Utc>) -> StateGauges {
     let view = super::members::capacity_view(state);
     let pools = view
         .clusters
@@ -103,8 +104,32 @@ fn state_gauges(state: &FedState) -> StateGauges {
             }
         }
     }
+    // The quota in force, as `GET /v1/queues` computes it from the schedules' windows.
+    let queue_flavors = crate::dispatcher::queue_view::with_status(state, now)
+        .into_iter()
+        .flat_map(|q| {
+            let name = q.metadata.name.clone();
+            q.status
+                .map(|s| s.flavors)
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |f| QueueFlavorGauges {
+                    queue: name.clone(),
+                    used: f.used_gpus,
+                    quota: f.quota_gpus.map(|g| {
+                        let window = match &f.set_by {
+                            Some(by) => by.window.clone().unwrap_or_else(|| "default".into()),
+                            None => "-".into(),
+                        };
+                        (window, g)
+                    }),
+                    flavor: f.flavor,
+                })
+        })
+        .collect();
     StateGauges {
         pools,
+        queue_flavors,
         queues: state.queues.keys().cloned().collect(),
         phases,
         rescheduled_ok: ok,
