@@ -50,7 +50,14 @@ tw_run() { # one-way-ms
     "$tw" server --id $i --listen 127.0.0.1:$((TP + i)) --data "$tmp/tw-$d/$i" \
       --peer-listen 127.0.0.1:$((TP + 10 + i)) --peer-advertise 127.0.0.1:$((TP + 20 + i)) \
       ${TW_FLAGS:-} "${join[@]}" >"$tmp/tw-$d-$i.log" 2>&1 & pids+=($!); disown
+    # One join at a time: concurrent joins' membership changes collide, and at 150 ms the
+    # second join's retries can outlast its 30 s budget (the node then exits).
     [ "$i" -eq 1 ] && sleep 1
+    for _ in $(seq 1 300); do
+      tw_status $((TP + 1)) | grep -q "\"voters\":\[[0-9,]*\]" &&
+        [ "$(tw_status $((TP + 1)) | sed -n 's/.*"voters":\[\([0-9,]*\)\].*/\1/p' | tr ',' '\n' | wc -l)" -ge "$i" ] && break
+      sleep 0.2
+    done
   done
   local leader="" t0; t0=$(now)
   for _ in $(seq 1 300); do
@@ -58,7 +65,7 @@ tw_run() { # one-way-ms
     if grep -q '"voters":\[[0-9]*,[0-9]*,[0-9]*\]' <<<"$s"; then leader=$(tw_field leader <<<"$s"); break; fi
     sleep 0.2
   done
-  [ -n "$leader" ] || { echo "tideway at ${d}x2 ms: no three-voter cluster" >&2; tail -5 "$tmp"/tw-$d-*.log >&2; cleanup; return; }
+  [ -n "$leader" ] || { echo "tideway at ${d}x2 ms: no three-voter cluster" >&2; tail -n 5 "$tmp"/tw-$d-*.log >&2; cleanup; return; }
   local term0; term0=$(tw_status $((TP + leader)) | tw_field term)
   sleep "$idle"
   local lp=$((TP + leader)); local term1; term1=$(tw_status $lp | tw_field term)
