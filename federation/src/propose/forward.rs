@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tideway_api::agent::Heartbeat;
@@ -229,34 +230,36 @@ impl Forwarder {
             let Ok(body) = rmp_serde::to_vec_named(&notice) else {
                 return;
             };
-            let mut wait = Duration::from_millis(200);
-            for _ in 0..8 {
-                let sent = plane
+            let send = || async {
+                let r = plane
                     .authorize(http.post(plane.url(&peer, routes::REMOVED)))
                     .header(reqwest::header::CONTENT_TYPE, MSGPACK)
                     .body(body.clone())
                     .timeout(Duration::from_secs(5))
                     .send()
-                    .await;
-                match sent {
-                    Ok(r) if r.status().is_success() => {
-                        tracing::info!(node = notice.id, "told the removed node of its removal");
-                        return;
-                    }
-                    Ok(r) => {
-                        tracing::debug!(node = notice.id, status = %r.status(), "removal notice refused")
-                    }
-                    Err(e) => {
-                        tracing::debug!(node = notice.id, error = %e, "removal notice not delivered")
-                    }
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("answered {}", r.status()))
                 }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(8));
+            };
+            let backoff = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(8))
+                .with_max_times(8);
+            match send
+                .retry(backoff)
+                .notify(|e, _| tracing::debug!(node = notice.id, error = %e, "removal notice not delivered"))
+                .await
+            {
+                Ok(()) => tracing::info!(node = notice.id, "told the removed node of its removal"),
+                Err(_) => tracing::info!(
+                    node = notice.id,
+                    "the removed node could not be told; it learns it from its own membership"
+                ),
             }
-            tracing::info!(
-                node = notice.id,
-                "the removed node could not be told; it learns it from its own membership"
-            );
         });
     }
 

@@ -190,7 +190,7 @@ pub async fn remove_here(
         let members = done
             .membership()
             .as_ref()
-            .map(|m| m.nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
+            .map(crate::raft::removal::api_addrs)
             .unwrap_or_default();
         fwd.notify_removed(
             peer,

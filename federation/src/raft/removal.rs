@@ -169,25 +169,26 @@ pub async fn watch_membership(raft: Raft, removal: std::sync::Arc<Removal>) {
     let mut rx = raft.metrics();
     let mut listed = false;
     loop {
-        let (gone, members, index) = {
+        // The metrics change with every commit: only a membership without this node, after
+        // one with it, is worth building a notice from.
+        let gone = {
             let m = rx.borrow_and_update();
             let mem = m.membership_config.membership();
             let here = mem.nodes().any(|(id, _)| *id == me);
             listed |= here;
-            let members: BTreeMap<u64, String> =
-                mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
-            let index = m.membership_config.log_id().as_ref().map(|l| l.index());
-            (listed && !here, members, index)
-        };
-        if gone {
-            let notice = RemovedNotice {
+            (listed && !here).then(|| RemovedNotice {
                 id: me,
-                members,
+                members: api_addrs(mem),
                 reason: format!(
                     "the membership at log index {} no longer lists this node",
-                    index.unwrap_or(0)
+                    m.membership_config
+                        .log_id()
+                        .as_ref()
+                        .map_or(0, |l| l.index())
                 ),
-            };
+            })
+        };
+        if let Some(notice) = gone {
             if let Err(e) = removal.mark(notice) {
                 tracing::error!(error = %e, "the removal could not be recorded");
             }
@@ -197,6 +198,14 @@ pub async fn watch_membership(raft: Raft, removal: std::sync::Arc<Removal>) {
             return;
         }
     }
+}
+
+/// Each member's Raft id and API address: what `cluster status` lists and what a removed node
+/// names for its clients to go to.
+pub fn api_addrs(
+    mem: &openraft::Membership<NodeId, super::node_info::NodeInfo>,
+) -> BTreeMap<u64, String> {
+    mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub async fn status(
         purged: m.purged.map(|l| l.index()),
         voters: mem.voter_ids().collect(),
         learners: mem.learner_ids().collect(),
-        members: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+        members: crate::raft::removal::api_addrs(mem),
         state_digest: digest,
         workloads,
         log_syncs: st
