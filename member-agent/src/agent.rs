@@ -926,11 +926,8 @@ mod tests {
         });
     }
 
-    /// A pause of the whole process: the clock jumps past the lease and no timer has fired
-    /// (the guard has not run). Whatever comes first afterwards, a report or a renewal, stops
-    /// the work before it reads or extends anything.
-    #[tokio::test(start_paused = true)]
-    async fn after_a_pause_past_the_lease_a_report_shows_nothing_running() {
+    /// A sim cluster running one workload, under a lease acknowledged now for 3 s.
+    async fn one_running_under_a_3s_lease() -> (SimBackend, Lease) {
         let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
         b.ensure(&assignment("u1", 1, 8, None))
             .await
@@ -943,6 +940,15 @@ mod tests {
                 Some(Duration::from_secs(3)),
             )
             .await;
+        (b, lease)
+    }
+
+    /// A pause of the whole process: the clock jumps past the lease and no timer has fired
+    /// (the guard has not run). Whatever comes first afterwards, a report or a renewal, stops
+    /// the work before it reads or extends anything.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_past_the_lease_a_report_shows_nothing_running() {
+        let (b, lease) = one_running_under_a_3s_lease().await;
         let (before, _) = fenced_report(&lease, &b).await.expect("a report");
         assert_eq!(before[0].phase, LocalPhase::Running);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -957,18 +963,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_after_a_pause_past_the_lease_stops_the_work_and_asks_for_a_replay() {
-        let b = SimBackend::new(small(), Arc::new(ManualClock::new(t(0))));
-        b.ensure(&assignment("u1", 1, 8, None))
-            .await
-            .expect("ensure");
-        let lease = Lease::default();
-        lease
-            .renew(
-                &b,
-                tokio::time::Instant::now(),
-                Some(Duration::from_secs(3)),
-            )
-            .await;
+        let (b, lease) = one_running_under_a_3s_lease().await;
         tokio::time::advance(Duration::from_secs(10)).await;
         // The first heartbeat after the pause is acknowledged: the old lease had run out, so
         // the federation may have moved the work; it stops, and the new lease replays.

@@ -48,6 +48,25 @@ pub async fn cluster(n: u64, extra: &[&str]) -> TestCluster {
     }
 }
 
+/// A three-node cluster once all three are voters: the cluster, its leader and a follower.
+pub async fn three_voters(extra: &[&str]) -> (TestCluster, u64, u64) {
+    let tc = cluster(3, extra).await;
+    let leader =
+        tc.c.wait_for_leader(Duration::from_secs(15))
+            .await
+            .expect("leader");
+    tc.c.wait_for_voters(3, Duration::from_secs(30))
+        .await
+        .expect("three voters");
+    let follower =
+        tc.c.nodes
+            .keys()
+            .copied()
+            .find(|id| *id != leader)
+            .expect("a follower");
+    (tc, leader, follower)
+}
+
 /// As [`cluster`], for servers that require a bearer token; the harness sends `token`.
 pub async fn cluster_with_token(n: u64, extra: &[&str], token: &str) -> TestCluster {
     let guard = SERIAL.lock().await;

@@ -96,20 +96,7 @@ fn fuzz_shapes(n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_that_are_not_objects_are_refused_on_every_route_and_write_nothing() {
-    let tc = cluster(3, &[]).await;
-    let leader =
-        tc.c.wait_for_leader(Duration::from_secs(15))
-            .await
-            .expect("leader");
-    tc.c.wait_for_voters(3, Duration::from_secs(30))
-        .await
-        .expect("three voters");
-    let follower =
-        tc.c.nodes
-            .keys()
-            .copied()
-            .find(|id| *id != leader)
-            .expect("follower");
+    let (tc, leader, follower) = three_voters(&[]).await;
     let http = tideway_api::http::client_builder()
         .build()
         .expect("http client");
@@ -160,20 +147,7 @@ async fn bodies_that_are_not_objects_are_refused_on_every_route_and_write_nothin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_node_stops_serving_and_says_where_to_go() {
-    let mut tc = cluster(3, &[]).await;
-    let leader =
-        tc.c.wait_for_leader(Duration::from_secs(15))
-            .await
-            .expect("leader");
-    tc.c.wait_for_voters(3, Duration::from_secs(30))
-        .await
-        .expect("three voters");
-    let gone =
-        tc.c.nodes
-            .keys()
-            .copied()
-            .find(|id| *id != leader)
-            .expect("a follower");
+    let (mut tc, leader, gone) = three_voters(&[]).await;
     assert!(
         submit_until_acked(
             &tc.c.addrs(),
