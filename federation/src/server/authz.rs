@@ -183,11 +183,12 @@ impl Access {
             // Fleet-wide figures and notification endpoints: not a single tenant's to read.
             // `/metrics` carries series of every queue (pending, quota, usage): a scraper
             // needs a viewer's credential (a token bound to system:viewers serves).
-            (&Method::GET | &Method::HEAD, ["v1", "usage" | "webhooks", ..] | ["metrics"])
-                if !self.reads_all() =>
-            {
-                Err(format!("{path} needs the viewer role or above"))
-            }
+            // A boundary's preview names the running workloads it would reclaim, of every
+            // tenant: not for a scoped submitter either.
+            (
+                &Method::GET | &Method::HEAD,
+                ["v1", "usage" | "webhooks", ..] | ["metrics"] | ["v1", "schedules", _, "next"],
+            ) if !self.reads_all() => Err(format!("{path} needs the viewer role or above")),
             (&Method::GET | &Method::HEAD, _) => Ok(()),
             (&Method::POST, ["v1", "workloads"]) if self.submitter() => Ok(()),
             (&Method::POST, ["v1", "workloads"]) => {
@@ -287,6 +288,9 @@ mod tests {
         assert!(viewer.route(&get, "/metrics").is_ok());
         assert!(op.route(&get, "/metrics").is_ok());
         assert!(agent.route(&get, "/metrics").is_err());
+        assert!(sub.route(&get, "/v1/schedules/day-night/next").is_err());
+        assert!(viewer.route(&get, "/v1/schedules/day-night/next").is_ok());
+        assert!(sub.route(&get, "/v1/schedules/day-night/timeline").is_ok());
         assert!(op.route(&del, "/v1/rolebindings/x").is_err());
         assert!(sub.route(&post, "/v1/workloads").is_ok());
         assert!(viewer.route(&post, "/v1/workloads").is_err());
